@@ -1,0 +1,1 @@
+"""absolute family (being written)."""

@@ -1,0 +1,1 @@
+"""fire family (being written)."""

@@ -1,0 +1,1 @@
+"""kerple family (being written)."""

@@ -1,0 +1,162 @@
+"""The generic half of each kind: masking and Toeplitz tables for biases, cos/sin and the shared
+rotation for rotary methods. Family modules only supply the method-specific formula."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc.errors import InvalidInput
+from posenc.pe.ops import Pairing, rotate_pairs
+from posenc.pe.registry import MethodParams, MethodSpec
+from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext, RotaryFrequencies
+from posenc.schemas.methods import Kind
+
+
+def _expect_kind(spec: MethodSpec, kind: Kind) -> None:
+    if spec.kind is not kind:
+        raise InvalidInput(("body", "method"), f"{spec.name!r} is a {spec.kind.value} method, not {kind.value}")
+
+
+# --------------------------------------------------------------------------------------------- absolute
+def encoding(spec: MethodSpec, params: MethodParams, ctx: AbsoluteContext) -> torch.Tensor:
+    """P of shape (*grid, D) for an absolute method."""
+    _expect_kind(spec, Kind.ABSOLUTE)
+    out: torch.Tensor = spec.fn(params, ctx)
+    expected = (*ctx.grid, ctx.dim)
+    if tuple(out.shape) != expected:
+        raise AssertionError(f"{spec.name} returned {tuple(out.shape)}, expected {expected}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- bias
+def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """True where key j is in the future of query i (j > i): (Nq, Nk) bool."""
+    return k_pos[None, :] > q_pos[:, None]
+
+
+def bias_dense(
+    spec: MethodSpec,
+    params: MethodParams,
+    ctx: BiasContext,
+    q_pos: torch.Tensor | None = None,
+    k_pos: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """B (H, Nq, Nk) in ctx.dtype; with ctx.causal, future keys are −inf. Positions default to 0-based indices."""
+    _expect_kind(spec, Kind.BIAS)
+    if q_pos is None:
+        q_pos = torch.arange(ctx.query_length, dtype=torch.int64, device=ctx.device)
+    if k_pos is None:
+        k_pos = torch.arange(ctx.key_length, dtype=torch.int64, device=ctx.device)
+    bias: torch.Tensor = spec.fn(params, q_pos, k_pos, ctx)
+    expected = (ctx.num_heads, q_pos.shape[0], k_pos.shape[0])
+    if tuple(bias.shape) != expected:
+        raise AssertionError(f"{spec.name} returned {tuple(bias.shape)}, expected {expected}")
+    if ctx.causal:
+        bias = bias.masked_fill(causal_mask(q_pos, k_pos), float("-inf"))
+    return bias
+
+
+def bias_toeplitz(spec: MethodSpec, params: MethodParams, ctx: BiasContext) -> torch.Tensor:
+    """The (H, Nq + Nk − 1) table of a Toeplitz bias: B[h, i, j] = table[h, i − j + Nk − 1].
+
+    Column t holds the bias at i − j = t − (Nk − 1); with ctx.causal the columns for i − j < 0 are −inf.
+    """
+    _expect_kind(spec, Kind.BIAS)
+    if not spec.toeplitz:
+        raise InvalidInput(
+            ("body", "form"), f"{spec.name!r} does not depend on i - j alone; ask for form='dense'"
+        )
+    width = ctx.query_length + ctx.key_length - 1
+    # Queries at 0..width-1 against the single key at Nk-1 give every i - j in [-(Nk-1), Nq-1] once.
+    q_pos = torch.arange(width, dtype=torch.int64, device=ctx.device)  # (width,)
+    k_pos = torch.tensor([ctx.key_length - 1], dtype=torch.int64, device=ctx.device)  # (1,)
+    column: torch.Tensor = spec.fn(params, q_pos, k_pos, ctx)  # (H, width, 1)
+    table = column.reshape(ctx.num_heads, width)  # (H, width)
+    if ctx.causal:
+        table = table.masked_fill(q_pos[None, :] < ctx.key_length - 1, float("-inf"))
+    return table
+
+
+def toeplitz_to_dense(table: torch.Tensor, query_length: int, key_length: int) -> torch.Tensor:
+    """Expand (H, Nq + Nk − 1) to (H, Nq, Nk) with B[h, i, j] = table[h, i − j + Nk − 1]."""
+    i = torch.arange(query_length, device=table.device)[:, None]
+    j = torch.arange(key_length, device=table.device)[None, :]
+    index = i - j + key_length - 1  # (Nq, Nk)
+    return table[:, index]  # (H, Nq, Nk)
+
+
+# ----------------------------------------------------------------------------------------------- rotary
+def rotary_frequencies(spec: MethodSpec, params: MethodParams, ctx: RotaryContext) -> RotaryFrequencies:
+    _expect_kind(spec, Kind.ROTARY)
+    if ctx.rotary_dim % 2:
+        raise InvalidInput(("body", "rotary_dim"), f"rotary dimension must be even, got {ctx.rotary_dim}")
+    freqs: RotaryFrequencies = spec.fn(params, ctx)
+    if tuple(freqs.inv_freq.shape) != (ctx.rotary_dim // 2,):
+        raise AssertionError(f"{spec.name} returned inv_freq {tuple(freqs.inv_freq.shape)}")
+    return freqs
+
+
+def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """angle[n, k] = positions[n, pair_axis[k]] · inv_freq[k]: (N,) or (N, A) int64 -> (N, d_rot/2).
+
+    Positions stay int64 until this multiply, which runs in ``dtype`` (float32, or float64 for references).
+    """
+    if positions.dtype.is_floating_point:
+        raise TypeError("positions must be an integer tensor")
+    pos = positions.reshape(positions.shape[0], -1)  # (N, A)
+    if pos.shape[1] != freqs.num_axes:
+        raise InvalidInput(
+            ("body", "positions"), f"this method needs {freqs.num_axes} coordinate(s) per position, got {pos.shape[1]}"
+        )
+    axis = (
+        freqs.pair_axis
+        if freqs.pair_axis is not None
+        else torch.zeros(freqs.inv_freq.shape[0], dtype=torch.int64, device=pos.device)
+    )
+    per_pair = pos[:, axis].to(dtype)  # (N, d_rot/2): the coordinate each pair rotates by
+    return per_pair * freqs.inv_freq.to(dtype)[None, :]
+
+
+def rotary_tables(
+    freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), each (N, d_rot/2) in ``dtype``, both multiplied by the method's attention scale."""
+    angles = rotary_angles(freqs, positions, dtype)
+    return torch.cos(angles) * freqs.attention_scale, torch.sin(angles) * freqs.attention_scale
+
+
+def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """ζ_k^(n/λ) per position and pair: (N, d_rot/2), or None for methods without xPos decay.
+
+    Computed as exp((n/λ)·ln ζ) in ``dtype`` so it neither under- nor overflows before the final cast.
+    """
+    if freqs.xpos_zeta is None or freqs.xpos_scale_base is None:
+        return None
+    n = positions.reshape(positions.shape[0], -1)[:, 0].to(dtype)  # (N,)
+    return torch.exp((n[:, None] / freqs.xpos_scale_base) * torch.log(freqs.xpos_zeta.to(dtype))[None, :])
+
+
+def apply_rotary(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    pairing: Pairing,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rotate the first d_rot features of x (..., N, D) and pass the rest through (partial rotary).
+
+    Works in the tables' dtype (float32 or float64) and casts back to x's dtype last. ``scale`` (N, d_rot/2)
+    multiplies both members of each pair (xPos: ζ^(n/λ) for queries, its reciprocal for keys).
+    """
+    rot_dim = cos.shape[-1] * 2
+    if rot_dim > x.shape[-1]:
+        raise InvalidInput(("body", "rotary_dim"), f"rotary_dim {rot_dim} is larger than the head dim {x.shape[-1]}")
+    compute = cos.dtype
+    rotated_part, passthrough = x[..., :rot_dim].to(compute), x[..., rot_dim:]
+    rotated = rotate_pairs(rotated_part, cos, sin, pairing)
+    if scale is not None:
+        # both members of pair k share scale_k; expand to the feature layout of the pairing
+        per_feature = torch.cat((scale, scale), -1) if pairing == "half" else scale.repeat_interleave(2, -1)
+        rotated = rotated * per_feature
+    return torch.cat((rotated.to(x.dtype), passthrough), dim=-1)

@@ -1,0 +1,122 @@
+"""Method registry: public name -> spec {kind, params model, function, paper, learned, conventions}.
+
+Family modules register their methods with the :func:`register` decorator; ``posenc.pe`` imports every
+family explicitly, so the registry is complete once ``posenc.pe`` is imported. Names are public API.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from posenc.schemas.methods import Kind, MethodInfo
+
+
+class MethodParams(BaseModel):
+    """Base of every params model: unknown keys are rejected, values validated once at the edge."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UnknownMethodError(KeyError):
+    """No method is registered under that name (the gateway answers 404)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"unknown method {self.name!r}; GET /v1/methods lists the {len(_REGISTRY)} registered ones"
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    kind: Kind
+    family: str
+    params_model: type[MethodParams]
+    fn: Callable[..., Any]
+    paper: str
+    learned: bool = False
+    toeplitz: bool = False
+    conventions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.fn) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+    def parse_params(self, raw: dict[str, Any] | None) -> MethodParams:
+        """Validate raw params; raises pydantic.ValidationError naming the field."""
+        return self.params_model.model_validate(raw or {})
+
+    def info(self) -> MethodInfo:
+        return MethodInfo(
+            name=self.name,
+            kind=self.kind,
+            family=self.family,
+            paper=self.paper,
+            summary=self.summary,
+            learned=self.learned,
+            toeplitz=self.toeplitz,
+            params_schema=self.params_model.model_json_schema(),
+            conventions=dict(self.conventions),
+        )
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def register(
+    name: str,
+    *,
+    kind: Kind,
+    params: type[MethodParams],
+    paper: str,
+    learned: bool = False,
+    toeplitz: bool = False,
+    conventions: dict[str, str] | None = None,
+) -> Callable[[F], F]:
+    """Register ``fn`` under ``name``; a second registration of the same name is an error."""
+
+    def decorator(fn: F) -> F:
+        if name in _REGISTRY:
+            raise ValueError(f"method {name!r} is already registered by {_REGISTRY[name].family}")
+        if toeplitz and kind is not Kind.BIAS:
+            raise ValueError(f"{name}: only bias methods can be Toeplitz")
+        if not (inspect.getdoc(fn) or "").strip():
+            raise ValueError(f"{name}: a registered method needs a docstring with its formula and paper")
+        family = fn.__module__.rsplit(".", 1)[-1]
+        _REGISTRY[name] = MethodSpec(
+            name=name,
+            kind=kind,
+            family=family,
+            params_model=params,
+            fn=fn,
+            paper=paper,
+            learned=learned,
+            toeplitz=toeplitz,
+            conventions=dict(conventions or {}),
+        )
+        return fn
+
+    return decorator
+
+
+def get_method(name: str) -> MethodSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownMethodError(name) from None
+
+
+def list_methods(kind: Kind | str | None = None) -> list[MethodSpec]:
+    specs = sorted(_REGISTRY.values(), key=lambda s: (s.kind.value, s.name))
+    if kind is None:
+        return specs
+    return [s for s in specs if s.kind == Kind(kind)]

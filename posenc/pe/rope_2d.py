@@ -1,0 +1,1 @@
+"""rope_2d family (being written)."""

@@ -1,0 +1,1 @@
+"""rope_scaling family (being written)."""

@@ -1,0 +1,1 @@
+"""sandwich family (being written)."""

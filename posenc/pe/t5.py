@@ -1,0 +1,1 @@
+"""t5 family (being written)."""

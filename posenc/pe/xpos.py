@@ -1,0 +1,1 @@
+"""xpos family (being written)."""

@@ -1,0 +1,99 @@
+"""Request bodies of the compute routes. Field names are the public contract.
+
+Limits that depend on configuration (output budget, JSON element cap) are checked by the gateway before
+anything is allocated; the bounds here are the hard ones that hold for every deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from posenc.schemas.tensors import FloatDType, TensorIn
+
+MAX_HEADS = 1024
+MAX_LENGTH = 1_048_576
+Length = Annotated[int, Field(ge=1, le=MAX_LENGTH)]
+Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field(description="registered method name, see GET /v1/methods")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="method parameters; validated against the method's params_schema"
+    )
+
+
+class BiasRequest(_Request):
+    """``POST /v1/bias``: B of shape (H, Nq, Nk), or the (H, Nq + Nk - 1) table for Toeplitz methods."""
+
+    num_heads: Heads
+    query_length: Length
+    key_length: Length | None = Field(default=None, description="defaults to query_length")
+    causal: bool = Field(default=True, description="mask j > i with -inf (and use the method's causal form)")
+    dtype: FloatDType = "float32"
+    form: Literal["dense", "toeplitz"] = Field(
+        default="dense",
+        description="toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1]",
+    )
+
+    @property
+    def resolved_key_length(self) -> int:
+        return self.key_length if self.key_length is not None else self.query_length
+
+
+class RotaryRequest(_Request):
+    """``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions."""
+
+    q: TensorIn
+    k: TensorIn | None = Field(default=None, description="omit with rotate='query'; same D as q")
+    positions: TensorIn | list[int] | None = Field(
+        default=None,
+        description="int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset",
+    )
+    offset: int = Field(default=0, ge=0, le=2**40, description="added to the default positions (KV-cache decoding)")
+    pairing: Literal["half", "interleaved"] = Field(
+        default="half",
+        description="half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta)",
+    )
+    rotate: Literal["both", "query"] = Field(default="both", description="query: rotate q only (cross-attention)")
+    rotary_dim: int | None = Field(
+        default=None, ge=2, description="rotate only the first rotary_dim features (partial rotary); even"
+    )
+    return_tables: bool = Field(default=False, description="also return cos and sin (N, rotary_dim)")
+    dtype: FloatDType | None = Field(default=None, description="output dtype; default the dtype of q")
+
+
+class EncodingRequest(_Request):
+    """``POST /v1/encodings``: absolute encoding P of shape (length, dim) or (*grid, dim)."""
+
+    length: Length | None = None
+    grid: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
+        default=None, min_length=1, max_length=3, description="(H, W) or (T, H, W) for 2D/3D methods"
+    )
+    dim: Annotated[int, Field(ge=1, le=65536)]
+    dtype: FloatDType = "float32"
+
+    @model_validator(mode="after")
+    def _length_or_grid(self) -> EncodingRequest:
+        if (self.length is None) == (self.grid is None):
+            raise ValueError("give exactly one of 'length' (1D methods) or 'grid' (2D/3D methods)")
+        return self
+
+
+class AttentionRequest(_Request):
+    """``POST /v1/attention``: post-softmax weights (B, H, Nq, Nk) with the method applied by its kind."""
+
+    q: TensorIn
+    k: TensorIn
+    causal: bool = True
+    key_padding_mask: TensorIn | list[list[bool]] | None = Field(
+        default=None, description="(B, Nk) booleans, true = a padding key that nobody attends to"
+    )
+    stats: bool = Field(default=True, description="per-head entropy, mean distance, mass by distance")
+    scale: float | None = Field(default=None, gt=0, description="logit scale; default 1/sqrt(D)")
+    pairing: Literal["half", "interleaved"] = "half"
+    dtype: FloatDType | None = None

@@ -1,0 +1,133 @@
+"""Jobs: what a client submits, and the record it polls.
+
+Spec field names (``methods``, ``data``, ``model``, ``train``, ``eval``, ``seeds``) are the contract;
+every other field has a default.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+JobKind = Literal["train", "extrapolate", "benchmark"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired"})
+SyntheticTask = Literal["copy", "reverse", "addition"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MethodRef(_Strict):
+    method: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class DataSpec(_Strict):
+    """A character-level corpus (a name like 'stdlib' or 'tinyshakespeare', or a text file path) or a task."""
+
+    corpus: str | None = None
+    task: SyntheticTask | None = None
+    val_fraction: float = Field(default=0.1, gt=0, lt=0.5)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSpec:
+        if (self.corpus is None) == (self.task is None):
+            raise ValueError("give exactly one of 'corpus' or 'task'")
+        return self
+
+
+class ModelSpec(_Strict):
+    layers: int = Field(default=2, ge=1, le=48)
+    dim: int = Field(default=128, ge=8, le=8192)
+    heads: int = Field(default=4, ge=1, le=256)
+    ffn_mult: int = Field(default=4, ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _heads_divide_dim(self) -> ModelSpec:
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        return self
+
+
+class TrainSpec(_Strict):
+    length: int = Field(default=128, ge=2, le=65536, description="training sequence length L")
+    steps: int = Field(default=1000, ge=1, le=10_000_000)
+    batch_size: int = Field(default=32, ge=1, le=4096)
+    lr: float = Field(default=2e-3, gt=0, le=1.0)
+    warmup_steps: int = Field(default=50, ge=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    checkpoint_every: int = Field(default=100, ge=1, description="steps between checkpoints (resume point)")
+
+
+class EvalSpec(_Strict):
+    lengths: list[Annotated[int, Field(ge=1, le=1_048_576)]] | None = Field(
+        default=None, description="default [L, 2L, 4L, 8L] with L the training length"
+    )
+    protocol: Literal["nonoverlapping", "sliding"] = "nonoverlapping"
+    stride: int | None = Field(default=None, ge=1, description="sliding: tokens scored per window (default L/2)")
+    max_tokens: int = Field(default=65536, ge=1, description="scored tokens per length (text)")
+    samples: int = Field(default=100, ge=1, description="sequences per length (synthetic tasks)")
+
+
+class JobSpec(_Strict):
+    methods: list[MethodRef] = Field(min_length=1)
+    data: DataSpec = Field(default_factory=lambda: DataSpec(corpus="stdlib"))
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=64)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    checkpoint: str | None = Field(
+        default=None, description="extrapolate only: id of a finished train job whose model to evaluate"
+    )
+
+
+class JobCreate(_Strict):
+    kind: JobKind
+    spec: JobSpec
+
+    @model_validator(mode="after")
+    def _one_method_unless_benchmark(self) -> JobCreate:
+        if self.kind != "benchmark" and len(self.spec.methods) != 1:
+            raise ValueError(f"a {self.kind} job takes exactly one method; use kind='benchmark' for several")
+        return self
+
+
+class JobProgress(BaseModel):
+    step: int = 0
+    total: int = 0
+    loss: float | None = None
+    eta_s: float | None = None
+    stage: str | None = Field(default=None, description="e.g. 'train rope seed 0' or 'eval 512'")
+
+
+class Artifact(BaseModel):
+    name: str
+    url: str
+    size: int | None = None
+
+
+class Job(BaseModel):
+    id: str
+    kind: JobKind
+    status: JobStatus
+    progress: JobProgress = Field(default_factory=JobProgress)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    spec: dict[str, Any]
+    attempts: int = 0
+    queue: str = "cpu"
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class JobList(BaseModel):
+    data: list[Job]
+    count: int

@@ -1,0 +1,72 @@
+"""One settings object for the gateway, the workers and the ``posenc`` command (env prefix ``POSENC_``).
+
+Lives in ``posenc`` (torch-free) because both ``service`` and ``workers`` read it and neither may
+import the other.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+def _default_state_dir() -> Path:
+    return Path.home() / ".local" / "state" / "posenc"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="POSENC_", extra="ignore")
+
+    # ---- where things live
+    redis_url: str | None = Field(
+        default=None, description="unset: `posenc serve` starts a private redis-server in state_dir"
+    )
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    artifact_dir: Path | None = Field(default=None, description="default: state_dir/artifacts")
+    data_dir: Path | None = Field(
+        default=None, description="where named corpora are looked up (e.g. tinyshakespeare.txt)"
+    )
+
+    # ---- gateway
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_output_bytes: int = Field(default=256 * MiB, description="largest tensor output of a compute route")
+    max_json_elements: int = Field(default=1_000_000, description="largest output sent as application/json")
+    max_input_elements: int = Field(default=16 * MiB, description="largest total of input tensor elements")
+    max_body_bytes: int = Field(default=128 * MiB)
+    compute_concurrency: int = Field(default=2, ge=1, description="compute requests running at once")
+    compute_wait_s: float = Field(default=2.0, ge=0, description="wait for a compute slot before a 503")
+    api_keys: list[str] = Field(default_factory=list, description="empty: no authentication (loopback only)")
+    rate_limit_per_minute: int | None = Field(default=None, ge=1, description="per API key, kept in Redis")
+    cors_origins: list[str] = Field(default_factory=list)
+
+    # ---- torch
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    torch_threads: int | None = Field(default=None, ge=1, description="default: cores / worker concurrency")
+
+    # ---- jobs
+    worker_concurrency: int = Field(default=1, ge=1)
+    job_soft_time_limit_s: int = Field(default=4 * 3600 - 300)
+    job_time_limit_s: int = Field(default=4 * 3600)
+    job_max_attempts: int = Field(default=3, ge=1, description="deliveries before a job is failed for good")
+    job_ttl_s: int = Field(default=7 * 24 * 3600, description="how long job records and results are kept")
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Redis visibility timeout: larger than the hard time limit, so a running job is never redelivered."""
+        return self.job_time_limit_s + 3600
+
+    @property
+    def resolved_artifact_dir(self) -> Path:
+        return self.artifact_dir if self.artifact_dir is not None else self.state_dir / "artifacts"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,118 @@
+"""Turn wire tensors (``posenc.schemas.tensors``) into torch tensors, and back into wire pieces."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Sequence
+
+import torch
+
+from posenc.errors import InvalidInput
+from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn, TensorOut
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "bool": torch.bool,
+}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+Loc = tuple[str | int, ...]
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return TORCH_DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES[dtype]
+
+
+def to_torch(tensor: TensorIn, loc: Loc, *, allow_non_finite: bool = False) -> torch.Tensor:
+    """Decode an input tensor; ``loc`` names the field in errors (e.g. ``("body", "q")``)."""
+    if isinstance(tensor, RandomTensor):
+        return random_tensor(tensor)
+    return _decode_data(tensor, loc, allow_non_finite=allow_non_finite)
+
+
+def random_tensor(tensor: RandomTensor) -> torch.Tensor:
+    """Deterministic in (shape, seed, distribution, dtype): generated in float32 on the CPU, then cast."""
+    spec = tensor.random
+    generator = torch.Generator().manual_seed(spec.seed)
+    if spec.distribution == "normal":
+        values = torch.randn(spec.shape, generator=generator, dtype=torch.float32)
+    else:
+        values = torch.rand(spec.shape, generator=generator, dtype=torch.float32)
+    return values.to(TORCH_DTYPES[spec.dtype])
+
+
+def _decode_data(tensor: TensorData, loc: Loc, *, allow_non_finite: bool) -> torch.Tensor:
+    dtype = TORCH_DTYPES[tensor.dtype]
+    if tensor.base64 is not None:
+        try:
+            raw = base64.b64decode(tensor.base64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidInput((*loc, "base64"), f"not valid base64: {exc}") from None
+        expected = math.prod(tensor.shape) * ITEMSIZE[tensor.dtype]
+        if len(raw) != expected:
+            raise InvalidInput(
+                (*loc, "base64"),
+                f"{len(raw)} bytes, but shape {tensor.shape} of {tensor.dtype} needs {expected}",
+            )
+        values = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(tensor.shape) if raw else torch.empty(
+            tensor.shape, dtype=dtype
+        )
+        values = values.clone()
+    else:
+        assert tensor.data is not None  # the schema guarantees one payload
+        flat = [_NON_FINITE[v] if isinstance(v, str) else v for v in tensor.data]
+        values = torch.tensor(flat, dtype=torch.float64 if dtype.is_floating_point else dtype)
+        values = values.to(dtype).reshape(tensor.shape)
+    if values.is_floating_point() and not allow_non_finite and not bool(torch.isfinite(values).all()):
+        bad = int((~torch.isfinite(values)).sum())
+        raise InvalidInput((*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here")
+    return values
+
+
+def positions_tensor(value: TensorIn | Sequence[int], loc: Loc) -> torch.Tensor:
+    """Integer positions stay int64: they are converted to floating point only at the frequency multiply."""
+    if isinstance(value, TensorData | RandomTensor):
+        decoded = to_torch(value, loc)
+        if decoded.is_floating_point():
+            if not bool((decoded == decoded.round()).all()):
+                raise InvalidInput(loc, "positions must be integers")
+            decoded = decoded.round()
+        return decoded.to(torch.int64)
+    return torch.tensor(list(value), dtype=torch.int64)
+
+
+def to_wire(tensor: torch.Tensor) -> TensorOut:
+    """A JSON tensor: flat row-major values; NaN and infinities as the strings 'nan', 'inf', '-inf'."""
+    cpu = tensor.detach().to("cpu").contiguous()
+    name = dtype_name(cpu.dtype)
+    if cpu.is_floating_point():
+        as_double = cpu.to(torch.float64).reshape(-1).tolist()
+        data: list[float | int | bool | str] = [
+            v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")) for v in as_double
+        ]
+    else:
+        data = cpu.reshape(-1).tolist()
+    return TensorOut(dtype=name, shape=list(cpu.shape), data=data)  # type: ignore[arg-type]
+
+
+def le_bytes(tensor: torch.Tensor) -> bytes:
+    """Raw little-endian C-order bytes of a CPU tensor (bfloat16 as its 2-byte pattern)."""
+    cpu = tensor.detach().to("cpu").contiguous()
+    if cpu.dtype == torch.bfloat16:
+        cpu = cpu.view(torch.int16)
+    array = cpu.numpy()
+    if array.dtype.byteorder == ">":
+        array = array.byteswap().view(array.dtype.newbyteorder("<"))
+    return array.tobytes(order="C")

@@ -1,0 +1,1 @@
+"""The posenc HTTP gateway (FastAPI). The ASGI app is ``service.main:app``."""

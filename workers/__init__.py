@@ -1,0 +1,1 @@
+"""Celery workers that run posenc jobs. Import-light: no torch at import time."""
