@@ -35,8 +35,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES[dtype]
 
 
-def to_torch(tensor: TensorIn, loc: Loc, *, allow_non_finite: bool = False) -> torch.Tensor:
-    """Decode an input tensor; ``loc`` names the field in errors (e.g. ``("body", "q")``)."""
+def to_torch(tensor: TensorIn | torch.Tensor, loc: Loc, *, allow_non_finite: bool = False) -> torch.Tensor:
+    """Decode an input tensor; ``loc`` names the field in errors (e.g. ``("body", "q")``).
+
+    A torch tensor passes through unchanged: training substitutes nn.Parameters for a learned method's
+    tensor fields (see ``MethodSpec.learned_init``), and gradients must flow through the method.
+    """
+    if isinstance(tensor, torch.Tensor):
+        return tensor
     if isinstance(tensor, RandomTensor):
         return random_tensor(tensor)
     return _decode_data(tensor, loc, allow_non_finite=allow_non_finite)

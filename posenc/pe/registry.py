@@ -44,6 +44,10 @@ class MethodSpec:
     learned: bool = False
     toeplitz: bool = False
     conventions: dict[str, str] = field(default_factory=dict)
+    # Learned methods: (params, ctx) -> {params field name: initial tensor}, the paper's init from params.seed.
+    # Training turns these into nn.Parameters and passes them back through params.model_copy(update=...);
+    # ``posenc.tensors.to_torch`` lets a torch tensor through unchanged, so the method stays differentiable.
+    learned_init: Callable[..., dict[str, Any]] | None = None
 
     @property
     def summary(self) -> str:
@@ -81,6 +85,7 @@ def register(
     learned: bool = False,
     toeplitz: bool = False,
     conventions: dict[str, str] | None = None,
+    learned_init: Callable[..., dict[str, Any]] | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn`` under ``name``; a second registration of the same name is an error."""
 
@@ -102,6 +107,7 @@ def register(
             learned=learned,
             toeplitz=toeplitz,
             conventions=dict(conventions or {}),
+            learned_init=learned_init,
         )
         return fn
 
