@@ -110,7 +110,7 @@ def to_wire(tensor: torch.Tensor) -> TensorOut:
         ]
     else:
         data = cpu.reshape(-1).tolist()
-    return TensorOut(dtype=name, shape=list(cpu.shape), data=data)  # type: ignore[arg-type]
+    return TensorOut(dtype=name, shape=list(cpu.shape), data=data)
 
 
 def le_bytes(tensor: torch.Tensor) -> bytes:

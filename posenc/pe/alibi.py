@@ -1,6 +1,7 @@
 """ALiBi family: linear distance penalties with fixed per-head slopes (Press, Smith, Lewis, ICLR 2022).
 
-Methods: ``alibi`` (1D, causal or symmetric, optional slope interpolation).
+Methods: ``alibi`` (1D, causal or symmetric, optional slope interpolation) and ``alibi_2d`` (CROMA's
+Euclidean-distance form over a row-major patch grid, Fuller et al., NeurIPS 2023).
 """
 
 from __future__ import annotations
@@ -10,12 +11,17 @@ import math
 import torch
 from pydantic import Field
 
-from posenc.pe.ops import relative_positions
+from posenc.errors import InvalidInput
+from posenc.pe.ops import compute_dtype, relative_positions
 from posenc.pe.registry import MethodParams, register
 from posenc.pe.types import BiasContext
 from posenc.schemas.methods import Kind
 
 ALIBI_PAPER = "Press, Smith, Lewis. Train Short, Test Long (ICLR 2022). https://arxiv.org/abs/2108.12409"
+CROMA_PAPER = (
+    "Fuller, Millard, Green. CROMA: Remote Sensing Representations with Contrastive Radar-Optical Masked "
+    "Autoencoders (NeurIPS 2023). https://arxiv.org/abs/2311.00566"
+)
 
 
 def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
@@ -71,5 +77,63 @@ def alibi(params: AlibiParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Bi
     distance = relative_positions(q_pos, k_pos)  # (Nq, Nk) int64, i - j
     if not ctx.causal:
         distance = distance.abs()
-    slopes = slopes.to(device=distance.device, dtype=ctx.dtype)
-    return slopes[:, None, None] * (-distance).to(ctx.dtype)[None, :, :]  # (H, Nq, Nk); -d avoids -0.0
+    # Built in float32 (float64 for references) and cast once: bf16 holds integers exactly only up to 256,
+    # so casting the distances themselves to bf16 would merge neighbouring keys (methods.md §6, T18).
+    work = compute_dtype(ctx.dtype)
+    slopes = slopes.to(device=distance.device, dtype=work)
+    bias = slopes[:, None, None] * (-distance).to(work)[None, :, :]  # (H, Nq, Nk); -d avoids -0.0
+    return bias.to(ctx.dtype)
+
+
+class Alibi2dParams(MethodParams):
+    grid_width: int | None = Field(
+        default=None,
+        ge=1,
+        description="patches per row of the row-major grid; None: a square grid, side sqrt(key_length)",
+    )
+    max_bias: float = Field(default=8.0, gt=0, description="the 8 in the slopes 2^(-8(h+1)/H), as in alibi")
+
+
+def _square_grid_width(ctx: BiasContext) -> int:
+    """Side of the square grid the keys fill (CROMA's get_2dalibi supports square grids only)."""
+    side = math.isqrt(ctx.key_length)
+    if side * side != ctx.key_length:
+        # key_length defaults to query_length in a request: name the field the caller actually set
+        field = "query_length" if ctx.key_length == ctx.query_length else "key_length"
+        raise InvalidInput(
+            ("body", field),
+            f"{ctx.key_length} tokens do not form a square grid; give params.grid_width for a rectangle",
+        )
+    return side
+
+
+@register(
+    "alibi_2d",
+    kind=Kind.BIAS,
+    params=Alibi2dParams,
+    paper=CROMA_PAPER,
+    conventions={
+        "layout": "token p is the patch at row p // W, column p mod W (row-major, W = grid_width)",
+        "slopes": "ALiBi get_slopes(H), unchanged",
+        "direction": "bidirectional by design (encoder); causal=True still applies the -inf mask to j > i",
+        "scale_placement": "added after the 1/sqrt(d) scaling",
+    },
+)
+def alibi_2d(
+    params: Alibi2dParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext
+) -> torch.Tensor:
+    """2D ALiBi (CROMA): B[h, p, q] = −m_h·‖(r_p, c_p) − (r_q, c_q)‖₂ between patches of a row-major grid.
+
+    Patch p sits at row r_p = p // W and column c_p = p mod W; m_h are ALiBi's slopes. The formula is
+    bidirectional by design and ignores ctx.causal: with causal=True, bias_dense still masks keys with a
+    larger index (later rows, later columns of the same row), which is a raster-order mask, not a 2D one.
+    Not Toeplitz in the token index (only in the 2D offset), so only the dense form exists.
+    """
+    width = params.grid_width if params.grid_width is not None else _square_grid_width(ctx)
+    work = compute_dtype(ctx.dtype)
+    row_offset = q_pos[:, None] // width - k_pos[None, :] // width  # (Nq, Nk) int64, r_p - r_q
+    col_offset = q_pos[:, None] % width - k_pos[None, :] % width  # (Nq, Nk) int64, c_p - c_q
+    distance = torch.hypot(row_offset.to(work), col_offset.to(work))  # (Nq, Nk), Euclidean
+    slopes = torch.tensor(alibi_slopes(ctx.num_heads, params.max_bias), dtype=work, device=distance.device)
+    bias = slopes[:, None, None] * distance[None, :, :]  # (H, Nq, Nk)
+    return (0.0 - bias).to(ctx.dtype)  # 0 - x rather than -x: the diagonal is 0.0, not -0.0

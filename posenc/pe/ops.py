@@ -19,6 +19,15 @@ def rope_inv_freq(base: float, dim: int, *, dtype: torch.dtype = torch.float32) 
     return (1.0 / (float(base) ** exponents)).to(dtype)
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a bias or table is built in before its one final cast to ``dtype`` (methods.md §6).
+
+    float64 stays float64 (references, goldens); float32, bfloat16 and float16 are built in float32, so a
+    low-precision result is the float32 one rounded once, never an accumulation of bf16 roundings.
+    """
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def relative_positions(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """i − j for every (query, key) pair: (Nq,), (Nk,) -> (Nq, Nk), int64 (ALiBi/KERPLE sign convention)."""
     return q_pos[:, None] - k_pos[None, :]

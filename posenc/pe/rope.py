@@ -37,4 +37,5 @@ def rope(params: RopeParams, ctx: RotaryContext) -> RotaryFrequencies:
 
     Then ⟨R(i)q, R(j)k⟩ = ⟨q, R(j − i)k⟩: scores depend on content and j − i only.
     """
-    return RotaryFrequencies(inv_freq=rope_inv_freq(params.base, ctx.rotary_dim, dtype=ctx.dtype))
+    inv_freq = rope_inv_freq(params.base, ctx.rotary_dim, dtype=ctx.dtype)  # (d/2,) built on the CPU
+    return RotaryFrequencies(inv_freq=inv_freq.to(ctx.device))
