@@ -119,7 +119,9 @@ def attention_maps(
     return AttentionMaps(weights=weights, fully_masked=fully_masked)
 
 
-def attention_statistics(weights: torch.Tensor, fully_masked: torch.Tensor | None = None) -> AttentionStatistics:
+def attention_statistics(
+    weights: torch.Tensor, fully_masked: torch.Tensor | None = None
+) -> AttentionStatistics:
     """Per-head entropy, mean attention distance and attention mass by distance (evaluation.md §6.1-6.3).
 
     Averages run over batch and queries, leaving out rows in ``fully_masked`` (B, H, Nq); a head without

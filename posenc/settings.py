@@ -56,11 +56,34 @@ class Settings(BaseSettings):
     job_time_limit_s: int = Field(default=4 * 3600)
     job_max_attempts: int = Field(default=3, ge=1, description="deliveries before a job is failed for good")
     job_ttl_s: int = Field(default=7 * 24 * 3600, description="how long job records and results are kept")
+    job_tombstone_ttl_s: int = Field(
+        default=30 * 24 * 3600, ge=0, description="after job_ttl_s, how long GET still answers 'expired'"
+    )
+    job_visibility_margin_s: int = Field(
+        default=3600, ge=60, description="Redis visibility timeout = hard time limit + this margin"
+    )
+    job_lease_ttl_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a running job's lease; expired = its worker is gone, the job is requeued",
+    )
+    job_sweep_interval_s: float = Field(
+        default=15.0, gt=0, description="how often each worker looks for running jobs whose lease expired"
+    )
+    job_progress_interval_s: float = Field(
+        default=0.5, ge=0, description="least time between progress writes"
+    )
+    job_poll_after_s: int = Field(default=2, ge=1, description="Retry-After hint while a job is not terminal")
+    idempotency_ttl_s: int = Field(default=24 * 3600, ge=1, description="how long an Idempotency-Key is kept")
+    worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="worker liveness beat (readyz)")
+    worker_soft_shutdown_timeout_s: float = Field(
+        default=30.0, ge=0, description="on stop, running jobs get this long before they are requeued"
+    )
 
     @property
     def visibility_timeout_s(self) -> int:
-        """Redis visibility timeout: larger than the hard time limit, so a running job is never redelivered."""
-        return self.job_time_limit_s + 3600
+        """Redis visibility timeout: above the hard time limit, so a running job is never redelivered."""
+        return self.job_time_limit_s + self.job_visibility_margin_s
 
     @property
     def resolved_artifact_dir(self) -> Path:

@@ -17,7 +17,7 @@ import torch
 from pydantic import Field, model_validator
 
 from posenc.errors import InvalidInput
-from posenc.pe.ops import rope_inv_freq
+from posenc.pe.ops import compute_dtype, rope_inv_freq
 from posenc.pe.registry import MethodParams, register
 from posenc.pe.types import AbsoluteContext
 from posenc.schemas.methods import Kind
@@ -38,11 +38,6 @@ AxisWidth = Annotated[int, Field(ge=1, le=65536)]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _compute_dtype(ctx: AbsoluteContext) -> torch.dtype:
-    """float64 for reference tables, float32 for everything else (bf16/fp16 are only the final cast)."""
-    return torch.float64 if ctx.dtype == torch.float64 else torch.float32
-
-
 def _length(ctx: AbsoluteContext, method: str) -> int:
     """N of a 1D request; a grid of two or more axes is the wrong kind of request for a 1D method."""
     if len(ctx.grid) != 1:
@@ -135,7 +130,7 @@ def sinusoidal(params: SinusoidalParams, ctx: AbsoluteContext) -> torch.Tensor:
     keep it. Odd D: one zero column is appended after the D − 1 computed ones.
     """
     length = _length(ctx, "sinusoidal")
-    dtype = _compute_dtype(ctx)
+    dtype = compute_dtype(ctx.dtype)
     half = ctx.dim // 2  # sin/cos pairs; an odd D leaves one column for the zero pad
     positions = torch.arange(length, dtype=torch.int64, device=ctx.device)  # (N,)
     if params.variant == "paper":
@@ -199,6 +194,22 @@ class LearnedAbsoluteParams(MethodParams):
     )
 
 
+def _initial_learned_table(params: LearnedAbsoluteParams, dim: int) -> torch.Tensor:
+    """The seeded (max_positions, dim) float32 table: gpt2 N(0, 0.01) or bert N(0, 0.02) cut at ±0.04."""
+    shape = (params.max_positions, dim)
+    _check_seeded_size(*shape, loc=("body", "params", "max_positions"))
+    table = torch.empty(shape, dtype=torch.float32)
+    generator = _seeded_generator(params.seed)
+    if params.init == "gpt2":
+        return torch.nn.init.normal_(table, mean=0.0, std=0.01, generator=generator)
+    return torch.nn.init.trunc_normal_(table, mean=0.0, std=0.02, a=-0.04, b=0.04, generator=generator)
+
+
+def learned_absolute_init(params: LearnedAbsoluteParams, ctx: AbsoluteContext) -> dict[str, torch.Tensor]:
+    """The paper's initial table from params.seed (see ``MethodSpec.learned_init``)."""
+    return {"table": _initial_learned_table(params, ctx.dim)}
+
+
 @register(
     "learned_absolute",
     kind=Kind.ABSOLUTE,
@@ -206,6 +217,7 @@ class LearnedAbsoluteParams(MethodParams):
     paper="Radford et al. Language Models are Unsupervised Multitask Learners (GPT-2, 2019); Devlin et al. "
     "BERT (NAACL 2019). https://arxiv.org/abs/1810.04805",
     learned=True,
+    learned_init=learned_absolute_init,
     conventions={
         "positions": "0-based; RoBERTa's padding_idx + 1 offset is not applied",
         "init": "gpt2: N(0, 0.01), the wpe init of openai/gpt-2 (HF re-initialises with 0.02); "
@@ -230,15 +242,9 @@ def learned_absolute(params: LearnedAbsoluteParams, ctx: AbsoluteContext) -> tor
         )
     shape = (params.max_positions, ctx.dim)
     if params.table is not None:
-        table = _supplied_table(params.table, shape, ("body", "params", "table"), _compute_dtype(ctx))
+        table = _supplied_table(params.table, shape, ("body", "params", "table"), compute_dtype(ctx.dtype))
     else:
-        _check_seeded_size(*shape, loc=("body", "params", "max_positions"))
-        table = torch.empty(shape, dtype=torch.float32)
-        generator = _seeded_generator(params.seed)
-        if params.init == "gpt2":
-            torch.nn.init.normal_(table, mean=0.0, std=0.01, generator=generator)
-        else:
-            torch.nn.init.trunc_normal_(table, mean=0.0, std=0.02, a=-0.04, b=0.04, generator=generator)
+        table = _initial_learned_table(params, ctx.dim)
     return table[:length].to(device=ctx.device, dtype=ctx.dtype)  # (N, D)
 
 
@@ -273,6 +279,35 @@ class AxialParams(MethodParams):
         return self
 
 
+def _axial_dims(params: AxialParams, dim: int) -> list[int]:
+    """The factor widths: params.dims, or an even split of D with the earlier factors taking the remainder."""
+    dims = params.dims if params.dims is not None else _even_split(dim, len(params.shape))
+    if sum(dims) != dim:
+        raise InvalidInput(("body", "params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={dim}")
+    if min(dims) < 1:
+        raise InvalidInput(("body", "dim"), f"dim {dim} is too small for {len(params.shape)} factors")
+    return dims
+
+
+def _initial_axial_tables(params: AxialParams, dims: list[int]) -> list[torch.Tensor]:
+    """The seeded float32 tables E_i (n_i, d_i) ~ N(0, init_std), drawn in factor order from one generator."""
+    _check_seeded_size(
+        sum(n * d for n, d in zip(params.shape, dims, strict=True)), 1, ("body", "params", "shape")
+    )
+    generator = _seeded_generator(params.seed)
+    return [
+        torch.nn.init.normal_(
+            torch.empty(rows, width, dtype=torch.float32), std=params.init_std, generator=generator
+        )
+        for rows, width in zip(params.shape, dims, strict=True)
+    ]
+
+
+def axial_init(params: AxialParams, ctx: AbsoluteContext) -> dict[str, list[torch.Tensor]]:
+    """The initial tables from params.seed (see ``MethodSpec.learned_init``); ``tables`` is a list field."""
+    return {"tables": _initial_axial_tables(params, _axial_dims(params, ctx.dim))}
+
+
 @register(
     "axial",
     kind=Kind.ABSOLUTE,
@@ -280,6 +315,7 @@ class AxialParams(MethodParams):
     paper="Kitaev, Kaiser, Levskaya. Reformer: The Efficient Transformer (ICLR 2020). "
     "https://arxiv.org/abs/2001.04451",
     learned=True,
+    learned_init=axial_init,
     conventions={
         "factor_order": "row-major mixed radix, the first factor is the slow axis (HF): p = r·n2 + c",
         "layout": "PE[p] = concat(E1[r], E2[c]): the first d1 features come from the first factor",
@@ -302,29 +338,17 @@ def axial(params: AxialParams, ctx: AbsoluteContext) -> torch.Tensor:
             ("body", "length"),
             f"length {length} is past the axial table: shape {params.shape} holds {capacity} positions",
         )
-    dims = params.dims if params.dims is not None else _even_split(ctx.dim, len(params.shape))
-    if sum(dims) != ctx.dim:
-        raise InvalidInput(("body", "params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={ctx.dim}")
-    if min(dims) < 1:
-        raise InvalidInput(("body", "dim"), f"dim {ctx.dim} is too small for {len(params.shape)} factors")
-    dtype = _compute_dtype(ctx)
+    dims = _axial_dims(params, ctx.dim)
+    dtype = compute_dtype(ctx.dtype)
     if params.tables is not None:
         tables = [
             _supplied_table(table, (rows, width), ("body", "params", "tables", i), dtype)
             for i, (table, rows, width) in enumerate(zip(params.tables, params.shape, dims, strict=True))
         ]
     else:
-        _check_seeded_size(
-            sum(n * d for n, d in zip(params.shape, dims, strict=True)), 1, ("body", "params", "shape")
-        )
-        generator = _seeded_generator(params.seed)
-        tables = [
-            torch.nn.init.normal_(
-                torch.empty(rows, width, dtype=torch.float32), std=params.init_std, generator=generator
-            )
-            for rows, width in zip(params.shape, dims, strict=True)
-        ]
-    remaining = torch.arange(length, dtype=torch.int64)  # (N,)
+        tables = _initial_axial_tables(params, dims)
+    # digits on the tables' device: training may pass parameters that live on the GPU
+    remaining = torch.arange(length, dtype=torch.int64, device=tables[0].device)  # (N,)
     digits: list[torch.Tensor] = []
     for radix in reversed(params.shape):  # the last factor is the fastest digit
         digits.insert(0, remaining % radix)  # (N,)
@@ -364,7 +388,7 @@ def sinusoidal_2d(params: Sinusoidal2dParams, ctx: AbsoluteContext) -> torch.Ten
     height, width = _grid(ctx, "sinusoidal_2d", 2)
     if ctx.dim % 4:
         raise InvalidInput(("body", "dim"), f"sinusoidal_2d needs dim divisible by 4, got {ctx.dim}")
-    dtype = _compute_dtype(ctx)
+    dtype = compute_dtype(ctx.dtype)
     half = ctx.dim // 2
     rows = _sincos_block(torch.arange(height, device=ctx.device), half, params.base, dtype)  # (H, D/2)
     cols = _sincos_block(torch.arange(width, device=ctx.device), half, params.base, dtype)  # (W, D/2)
@@ -421,7 +445,7 @@ def sinusoidal_3d(params: Sinusoidal3dParams, ctx: AbsoluteContext) -> torch.Ten
     frames, height, width = _grid(ctx, "sinusoidal_3d", 3)
     if ctx.dim % 2:
         raise InvalidInput(("body", "dim"), f"sinusoidal_3d needs an even dim, got {ctx.dim}")
-    dtype = _compute_dtype(ctx)
+    dtype = compute_dtype(ctx.dtype)
     if params.combine == "sum":
         dims = [ctx.dim, ctx.dim, ctx.dim]
     else:

@@ -52,7 +52,8 @@ def bias_dense(
     if tuple(bias.shape) != expected:
         raise AssertionError(f"{spec.name} returned {tuple(bias.shape)}, expected {expected}")
     if ctx.causal:
-        bias = bias.masked_fill(causal_mask(q_pos, k_pos), float("-inf"))
+        # in place: the method returned a fresh tensor, and a second (H, Nq, Nk) copy is the dominant cost
+        bias.masked_fill_(causal_mask(q_pos, k_pos), float("-inf"))
     return bias
 
 
@@ -113,8 +114,8 @@ def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torc
         if freqs.pair_axis is not None
         else torch.zeros(freqs.inv_freq.shape[0], dtype=torch.int64, device=pos.device)
     )
-    per_pair = pos[:, axis].to(dtype)  # (N, d_rot/2): the coordinate each pair rotates by
-    return per_pair * freqs.inv_freq.to(dtype)[None, :]
+    per_pair = pos[:, axis.to(pos.device)].to(dtype)  # (N, d_rot/2): the coordinate each pair rotates by
+    return per_pair * freqs.inv_freq.to(device=pos.device, dtype=dtype)[None, :]
 
 
 def rotary_tables(
@@ -133,7 +134,8 @@ def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.d
     if freqs.xpos_zeta is None or freqs.xpos_scale_base is None:
         return None
     n = positions.reshape(positions.shape[0], -1)[:, 0].to(dtype)  # (N,)
-    return torch.exp((n[:, None] / freqs.xpos_scale_base) * torch.log(freqs.xpos_zeta.to(dtype))[None, :])
+    log_zeta = torch.log(freqs.xpos_zeta.to(device=n.device, dtype=dtype))  # (d_rot/2,)
+    return torch.exp((n[:, None] / freqs.xpos_scale_base) * log_zeta[None, :])
 
 
 def apply_rotary(
@@ -159,4 +161,6 @@ def apply_rotary(
         # both members of pair k share scale_k; expand to the feature layout of the pairing
         per_feature = torch.cat((scale, scale), -1) if pairing == "half" else scale.repeat_interleave(2, -1)
         rotated = rotated * per_feature
+    if passthrough.shape[-1] == 0:
+        return rotated.to(x.dtype)
     return torch.cat((rotated.to(x.dtype), passthrough), dim=-1)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-class JobCancelled(Exception):  # noqa: N818  (a control-flow signal, not an error)
-    """Raised inside the training loop when ``JobHooks.should_cancel`` says so; the task marks the job cancelled."""
+class JobCancelled(Exception):
+    """Raised inside the training loop when ``JobHooks.should_cancel`` says so; the job ends cancelled."""
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,13 @@ class JobHooks(Protocol):
 
     def should_cancel(self) -> bool:
         """Checked every step; True makes the loop raise JobCancelled."""
+
+
+class NoHooks:
+    """Hooks for runs outside a job (benches, tests, notebooks): report nothing, never cancel."""
+
+    def progress(self, progress: Progress) -> None:
+        del progress
+
+    def should_cancel(self) -> bool:
+        return False

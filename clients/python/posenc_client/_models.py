@@ -1,0 +1,546 @@
+"""Wire models of the posenc API, GENERATED from tests/contract/openapi.json: do not edit by hand.
+
+Regenerate (from the repository root) after the server's contract changes:
+    .venv/bin/python clients/python/scripts/regenerate_models.py --snapshot
+tests/contract/test_sdk_models.py fails while this file and the snapshot disagree.
+"""
+
+from __future__ import annotations
+
+# ruff: noqa
+
+from typing import Annotated, Any, Literal
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
+
+
+class Artifact(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: Annotated[str, Field(title="Name")]
+    size: Annotated[int | None, Field(title="Size")] = None
+    url: Annotated[str, Field(title="Url")]
+
+
+class AttentionRequest(BaseModel):
+    """
+    ``POST /v1/attention``: post-softmax weights (B, H, Nq, Nk) with the method applied by its kind.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    causal: Annotated[bool, Field(title="Causal")] = True
+    dtype: Annotated[
+        Literal["float32", "float64", "bfloat16", "float16"] | None,
+        Field(title="Dtype"),
+    ] = None
+    k: Annotated[TensorData | RandomTensor, Field(title="K")]
+    key_padding_mask: Annotated[
+        TensorData | RandomTensor | list[list[bool]] | None,
+        Field(title="Key Padding Mask"),
+    ] = None
+    """
+    (B, Nk) booleans, true = a padding key that nobody attends to
+    """
+    method: Annotated[str, Field(title="Method")]
+    """
+    registered method name, see GET /v1/methods
+    """
+    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    method parameters; validated against the method's params_schema
+    """
+    q: Annotated[TensorData | RandomTensor, Field(title="Q")]
+    scale: Annotated[Scale | None, Field(title="Scale")] = None
+    """
+    logit scale; default 1/sqrt(D)
+    """
+    stats: Annotated[bool, Field(title="Stats")] = True
+    """
+    per-head entropy, mean distance, mass by distance
+    """
+
+
+class BiasRequest(BaseModel):
+    """
+    ``POST /v1/bias``: B of shape (H, Nq, Nk), or the (H, Nq + Nk - 1) table for Toeplitz methods.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    causal: Annotated[bool, Field(title="Causal")] = True
+    """
+    mask j > i with -inf (and use the method's causal form)
+    """
+    dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
+    form: Annotated[Literal["dense", "toeplitz"], Field(title="Form")] = "dense"
+    """
+    toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1]
+    """
+    key_length: Annotated[KeyLength | None, Field(title="Key Length")] = None
+    """
+    defaults to query_length
+    """
+    method: Annotated[str, Field(title="Method")]
+    """
+    registered method name, see GET /v1/methods
+    """
+    num_heads: Annotated[int, Field(ge=1, le=1024, title="Num Heads")]
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    method parameters; validated against the method's params_schema
+    """
+    query_length: Annotated[int, Field(ge=1, le=1048576, title="Query Length")]
+
+
+class DataSpec(BaseModel):
+    """
+    A character-level corpus (a name like 'stdlib' or 'tinyshakespeare', or a text file path) or a task.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    corpus: Annotated[str | None, Field(title="Corpus")] = None
+    task: Annotated[Literal["copy", "reverse", "addition"] | None, Field(title="Task")] = None
+    val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
+
+
+class EncodingRequest(BaseModel):
+    """
+    ``POST /v1/encodings``: absolute encoding P of shape (length, dim) or (*grid, dim).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    dim: Annotated[int, Field(ge=1, le=65536, title="Dim")]
+    dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
+    grid: Annotated[Grid | None, Field(title="Grid")] = None
+    """
+    (H, W) or (T, H, W) for 2D/3D methods
+    """
+    length: Annotated[Length | None, Field(title="Length")] = None
+    method: Annotated[str, Field(title="Method")]
+    """
+    registered method name, see GET /v1/methods
+    """
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    method parameters; validated against the method's params_schema
+    """
+
+
+class EvalSpec(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    lengths: Annotated[list[Length1] | None, Field(title="Lengths")] = None
+    """
+    default [L, 2L, 4L, 8L] with L the training length
+    """
+    max_tokens: Annotated[int, Field(ge=1, title="Max Tokens")] = 65536
+    """
+    scored tokens per length (text)
+    """
+    protocol: Annotated[Literal["nonoverlapping", "sliding"], Field(title="Protocol")] = "nonoverlapping"
+    samples: Annotated[int, Field(ge=1, title="Samples")] = 100
+    """
+    sequences per length (synthetic tasks)
+    """
+    stride: Annotated[Stride | None, Field(title="Stride")] = None
+    """
+    sliding: tokens scored per window (default L/2)
+    """
+
+
+class FieldError(BaseModel):
+    """
+    One invalid field: ``loc`` is the path into the request (e.g. ``["body", "params", "factor"]``).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    loc: Annotated[list[str | int], Field(title="Loc")]
+    msg: Annotated[str, Field(title="Msg")]
+    type: Annotated[str, Field(title="Type")]
+
+
+class GridItem(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=65536)]
+
+
+class Grid(RootModel[list[GridItem]]):
+    root: Annotated[list[GridItem], Field(max_length=3, min_length=1, title="Grid")]
+    """
+    (H, W) or (T, H, W) for 2D/3D methods
+    """
+
+
+class HTTPValidationError(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    detail: Annotated[list[ValidationError] | None, Field(title="Detail")] = None
+
+
+class Job(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    artifacts: Annotated[list[Artifact] | None, Field(title="Artifacts")] = None
+    attempts: Annotated[int, Field(title="Attempts")] = 0
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    error: Annotated[str | None, Field(title="Error")] = None
+    finished_at: Annotated[AwareDatetime | None, Field(title="Finished At")] = None
+    id: Annotated[str, Field(title="Id")]
+    kind: Annotated[Literal["train", "extrapolate", "benchmark"], Field(title="Kind")]
+    progress: JobProgress | None = None
+    queue: Annotated[str, Field(title="Queue")] = "cpu"
+    result: Annotated[dict[str, Any] | None, Field(title="Result")] = None
+    spec: Annotated[dict[str, Any], Field(title="Spec")]
+    started_at: Annotated[AwareDatetime | None, Field(title="Started At")] = None
+    status: Annotated[
+        Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"],
+        Field(title="Status"),
+    ]
+    updated_at: Annotated[AwareDatetime | None, Field(title="Updated At")] = None
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    kind: Annotated[Literal["train", "extrapolate", "benchmark"], Field(title="Kind")]
+    spec: JobSpec
+
+
+class JobList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    count: Annotated[int, Field(title="Count")]
+    data: Annotated[list[Job], Field(title="Data")]
+
+
+class JobProgress(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    eta_s: Annotated[float | None, Field(title="Eta S")] = None
+    loss: Annotated[float | None, Field(title="Loss")] = None
+    stage: Annotated[str | None, Field(title="Stage")] = None
+    """
+    e.g. 'train rope seed 0' or 'eval 512'
+    """
+    step: Annotated[int, Field(title="Step")] = 0
+    total: Annotated[int, Field(title="Total")] = 0
+
+
+class JobSpec(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    checkpoint: Annotated[str | None, Field(title="Checkpoint")] = None
+    """
+    extrapolate only: id of a finished train job whose model to evaluate
+    """
+    data: DataSpec | None = None
+    device: Annotated[Literal["auto", "cpu", "cuda"], Field(title="Device")] = "auto"
+    eval: EvalSpec | None = None
+    methods: Annotated[list[MethodRef], Field(min_length=1, title="Methods")]
+    model: ModelSpec | None = None
+    seeds: Annotated[list[int] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
+    train: TrainSpec | None = None
+
+
+class KeyLength(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1048576, title="Key Length")]
+    """
+    defaults to query_length
+    """
+
+
+class Length(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1048576, title="Length")]
+
+
+class Length1(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1048576)]
+
+
+class MethodInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    conventions: Annotated[dict[str, str] | None, Field(title="Conventions")] = None
+    """
+    the conventions papers disagree on, and which one this method follows
+    """
+    family: Annotated[str, Field(title="Family")]
+    """
+    the module the method lives in, e.g. 'rope_scaling'
+    """
+    kind: Annotated[
+        Literal["absolute", "bias", "rotary", "score_mod", "attention"],
+        Field(title="Kind"),
+    ]
+    """
+    What a method changes; each kind has one function signature (see ``posenc.pe.types``).
+    """
+    learned: Annotated[bool, Field(title="Learned")]
+    """
+    has trainable parameters (supplied as tensors or initialised from a seed)
+    """
+    name: Annotated[str, Field(title="Name")]
+    paper: Annotated[str, Field(title="Paper")]
+    """
+    citation and URL of the paper the formula comes from
+    """
+    params_schema: Annotated[dict[str, Any], Field(title="Params Schema")]
+    """
+    JSON schema of 'params', with the paper's defaults
+    """
+    summary: Annotated[str, Field(title="Summary")]
+    """
+    first line of the method's docstring
+    """
+    toeplitz: Annotated[bool, Field(title="Toeplitz")] = False
+    """
+    bias methods only: depends on i - j alone, so form='toeplitz' is available
+    """
+
+
+class MethodList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    count: Annotated[int, Field(title="Count")]
+    data: Annotated[list[MethodInfo], Field(title="Data")]
+
+
+class MethodRef(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    method: Annotated[str, Field(title="Method")]
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    dim: Annotated[int, Field(ge=8, le=8192, title="Dim")] = 128
+    ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
+    heads: Annotated[int, Field(ge=1, le=256, title="Heads")] = 4
+    layers: Annotated[int, Field(ge=1, le=48, title="Layers")] = 2
+
+
+class Problem(BaseModel):
+    """
+    ``application/problem+json`` body.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    detail: Annotated[str | None, Field(title="Detail")] = None
+    errors: Annotated[list[FieldError] | None, Field(title="Errors")] = None
+    """
+    field errors of a 422
+    """
+    instance: Annotated[str | None, Field(title="Instance")] = None
+    limit: Annotated[int | None, Field(title="Limit")] = None
+    """
+    the limit that was exceeded (413)
+    """
+    size: Annotated[int | None, Field(title="Size")] = None
+    """
+    the size that was asked for (413)
+    """
+    status: Annotated[int, Field(title="Status")]
+    title: Annotated[str, Field(title="Title")]
+    type: Annotated[str, Field(title="Type")] = "about:blank"
+    """
+    URI naming the kind of problem
+    """
+
+
+class RandomSpec(BaseModel):
+    """
+    Server-side generated tensor: same shape, seed and distribution give the same values.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    distribution: Annotated[Literal["normal", "uniform"], Field(title="Distribution")] = "normal"
+    dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
+    seed: Annotated[int, Field(title="Seed")] = 0
+    shape: Annotated[list[ShapeItem], Field(max_length=8, title="Shape")]
+
+
+class RandomTensor(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    random: RandomSpec
+
+
+class RotaryDim(RootModel[int]):
+    root: Annotated[int, Field(ge=2, title="Rotary Dim")]
+    """
+    rotate only the first rotary_dim features (partial rotary); even
+    """
+
+
+class RotaryRequest(BaseModel):
+    """
+    ``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    dtype: Annotated[
+        Literal["float32", "float64", "bfloat16", "float16"] | None,
+        Field(title="Dtype"),
+    ] = None
+    """
+    output dtype; default the dtype of q
+    """
+    k: Annotated[TensorData | RandomTensor | None, Field(title="K")] = None
+    """
+    omit with rotate='query'; same D as q
+    """
+    method: Annotated[str, Field(title="Method")]
+    """
+    registered method name, see GET /v1/methods
+    """
+    offset: Annotated[int, Field(ge=0, le=1099511627776, title="Offset")] = 0
+    """
+    added to the default positions (KV-cache decoding)
+    """
+    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    """
+    half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta)
+    """
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    method parameters; validated against the method's params_schema
+    """
+    positions: Annotated[TensorData | RandomTensor | list[int] | None, Field(title="Positions")] = None
+    """
+    int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset
+    """
+    q: Annotated[TensorData | RandomTensor, Field(title="Q")]
+    return_tables: Annotated[bool, Field(title="Return Tables")] = False
+    """
+    also return cos and sin (N, rotary_dim)
+    """
+    rotary_dim: Annotated[RotaryDim | None, Field(title="Rotary Dim")] = None
+    """
+    rotate only the first rotary_dim features (partial rotary); even
+    """
+    rotate: Annotated[Literal["both", "query"], Field(title="Rotate")] = "both"
+    """
+    query: rotate q only (cross-attention)
+    """
+
+
+class Scale(RootModel[float]):
+    root: Annotated[float, Field(gt=0.0, title="Scale")]
+    """
+    logit scale; default 1/sqrt(D)
+    """
+
+
+class ShapeItem(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=2147483647)]
+
+
+class Stride(RootModel[int]):
+    root: Annotated[int, Field(ge=1, title="Stride")]
+    """
+    sliding: tokens scored per window (default L/2)
+    """
+
+
+class TensorData(BaseModel):
+    """
+    A tensor given inline: exactly one of ``data`` (flat, row-major) or ``base64`` (little-endian bytes).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    base64: Annotated[str | None, Field(title="Base64")] = None
+    data: Annotated[
+        list[float | int | bool | Literal["nan", "inf", "-inf"]] | None,
+        Field(title="Data"),
+    ] = None
+    dtype: Annotated[
+        Literal["float32", "float64", "bfloat16", "float16", "int64", "int32", "bool"],
+        Field(title="Dtype"),
+    ] = "float32"
+    shape: Annotated[list[ShapeItem], Field(max_length=8, title="Shape")]
+
+
+class TensorOut(BaseModel):
+    """
+    A tensor in a JSON response: flat row-major ``data``; non-finite values as strings.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    data: Annotated[list[float | int | bool | Literal["nan", "inf", "-inf"]], Field(title="Data")]
+    dtype: Annotated[str, Field(title="Dtype")]
+    shape: Annotated[list[int], Field(title="Shape")]
+
+
+class TensorResponse(BaseModel):
+    """
+    The ``application/json`` body of every compute route.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    meta: Annotated[dict[str, Any] | None, Field(title="Meta")] = None
+    tensors: Annotated[dict[str, TensorOut], Field(title="Tensors")]
+
+
+class TrainSpec(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    batch_size: Annotated[int, Field(ge=1, le=4096, title="Batch Size")] = 32
+    checkpoint_every: Annotated[int, Field(ge=1, title="Checkpoint Every")] = 100
+    """
+    steps between checkpoints (resume point)
+    """
+    length: Annotated[int, Field(ge=2, le=65536, title="Length")] = 128
+    """
+    training sequence length L
+    """
+    lr: Annotated[float, Field(gt=0.0, le=1.0, title="Lr")] = 0.002
+    steps: Annotated[int, Field(ge=1, le=10000000, title="Steps")] = 1000
+    warmup_steps: Annotated[int, Field(ge=0, title="Warmup Steps")] = 50
+    weight_decay: Annotated[float, Field(ge=0.0, title="Weight Decay")] = 0.01
+
+
+class ValidationError(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    ctx: Annotated[dict[str, Any] | None, Field(title="Context")] = None
+    input: Annotated[Any | None, Field(title="Input")] = None
+    loc: Annotated[list[str | int], Field(title="Location")]
+    msg: Annotated[str, Field(title="Message")]
+    type: Annotated[str, Field(title="Error Type")]

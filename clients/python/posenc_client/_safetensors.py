@@ -1,0 +1,63 @@
+"""The safetensors container, read and written without the ``safetensors`` package.
+
+Layout: an 8-byte little-endian header length N, N bytes of JSON ``{name: {"dtype", "shape",
+"data_offsets": [begin, end]}, "__metadata__": {str: str}}`` (padded with spaces to a multiple of 8), then
+the tensors' bytes. Offsets count from the end of the header.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from posenc_client._tensors import BY_SAFETENSORS_CODE, RawTensor, dtype_info
+
+MAX_HEADER_BYTES = 100_000_000
+
+
+def write_safetensors(
+    tensors: Mapping[str, RawTensor], *, metadata: Mapping[str, str] | None = None
+) -> bytes:
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name, tensor in tensors.items():
+        size = len(tensor.data)
+        header[name] = {
+            "dtype": dtype_info(tensor.dtype).safetensors_code,
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    parts = [struct.pack("<Q", len(encoded)), encoded]
+    parts.extend(bytes(tensor.data) for tensor in tensors.values())
+    return b"".join(parts)
+
+
+def read_safetensors(body: bytes | bytearray) -> tuple[dict[str, RawTensor], dict[str, str]]:
+    """Tensors (each its own writable copy) and the ``__metadata__`` strings."""
+    if len(body) < 8:
+        raise ValueError("not a safetensors body: shorter than its 8-byte header length")
+    (header_length,) = struct.unpack_from("<Q", body, 0)
+    if header_length > min(MAX_HEADER_BYTES, len(body) - 8):
+        raise ValueError(f"not a safetensors body: header length {header_length} of a {len(body)}-byte body")
+    header = json.loads(bytes(body[8 : 8 + header_length]))
+    start = 8 + header_length
+    metadata = {str(key): str(value) for key, value in (header.pop("__metadata__", None) or {}).items()}
+    tensors: dict[str, RawTensor] = {}
+    for name, entry in header.items():
+        code = entry["dtype"]
+        if code not in BY_SAFETENSORS_CODE:
+            raise ValueError(f"tensor {name!r} has dtype {code}, which the SDK does not decode")
+        begin, end = entry["data_offsets"]
+        tensors[name] = RawTensor(
+            BY_SAFETENSORS_CODE[code].name,
+            tuple(int(size) for size in entry["shape"]),
+            bytearray(body[start + begin : start + end]),
+        )
+    return tensors, metadata

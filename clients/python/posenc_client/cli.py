@@ -1,0 +1,283 @@
+"""``posenc-client``: everyday calls from a shell. Tables for people, ``--json`` for scripts.
+
+Exit status: 0 success; 1 the server answered with an error (its problem detail on stderr); 2 bad usage;
+3 the server could not be reached; 4 a waited-on job failed, was cancelled or is still running at --timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from posenc_client._client import Client
+from posenc_client._constants import DEFAULT_MAX_RETRIES
+from posenc_client._exceptions import APIConnectionError, APIStatusError, JobError
+from posenc_client._models import Job, MethodInfo
+from posenc_client._version import __version__
+
+EXIT_API_ERROR = 1
+EXIT_USAGE = 2
+EXIT_CONNECTION = 3
+EXIT_JOB = 4
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posenc-client", description="Talk to a posenc gateway (POSENC_BASE_URL, POSENC_API_KEY)."
+    )
+    parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
+    parser.add_argument("--base-url", help="gateway URL (default $POSENC_BASE_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--api-key", help="X-API-Key (default $POSENC_API_KEY)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
+    parser.add_argument("--max-retries", type=int, default=DEFAULT_MAX_RETRIES, help="retries (default 2)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    methods = commands.add_parser("methods", help="list the registered methods")
+    methods.add_argument("--kind", help="absolute, bias, rotary, score_mod or attention")
+    methods.add_argument("--json", action="store_true", help="print JSON")
+    methods.set_defaults(run=_methods)
+
+    bias = commands.add_parser("bias", help="compute a bias and write it to a .safetensors or .npy file")
+    bias.add_argument("method")
+    bias.add_argument("--heads", type=int, required=True, help="number of heads H")
+    bias.add_argument("--length", type=int, required=True, help="query length Nq")
+    bias.add_argument("--key-length", type=int, help="key length Nk (default Nq)")
+    bias.add_argument("--form", choices=["dense", "toeplitz"], default="dense")
+    bias.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
+    bias.add_argument("--bidirectional", action="store_true", help="the non-causal form")
+    bias.add_argument("--params", type=json.loads, default=None, help="method params as a JSON object")
+    bias.add_argument("-o", "--output", type=Path, required=True, help="FILE.safetensors or FILE.npy")
+    bias.set_defaults(run=_bias)
+
+    jobs = commands.add_parser("jobs", help="submit, inspect, wait for and cancel jobs")
+    job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")
+
+    submit = job_commands.add_parser("submit", help="queue a job from a JSON spec file")
+    submit.add_argument(
+        "spec", type=Path, help="SPEC.json: the job spec (methods, data, model, train, eval, ...)"
+    )
+    submit.add_argument("--kind", required=True, choices=["train", "extrapolate", "benchmark"])
+    submit.add_argument("--idempotency-key", help="reuse to make a repeated submit return the same job")
+    _wait_options(submit)
+    submit.add_argument("--wait", action="store_true", help="wait until the job ends")
+    submit.set_defaults(run=_jobs_submit)
+
+    get = job_commands.add_parser("get", help="show one job")
+    get.add_argument("job_id")
+    get.add_argument("--json", action="store_true")
+    get.set_defaults(run=_jobs_get)
+
+    listing = job_commands.add_parser("list", help="list recent jobs")
+    listing.add_argument(
+        "--status", choices=["queued", "running", "succeeded", "failed", "cancelled", "expired"]
+    )
+    listing.add_argument("--kind", choices=["train", "extrapolate", "benchmark"])
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(run=_jobs_list)
+
+    cancel = job_commands.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--json", action="store_true")
+    cancel.set_defaults(run=_jobs_cancel)
+
+    wait = job_commands.add_parser("wait", help="wait until a job ends")
+    wait.add_argument("job_id")
+    _wait_options(wait)
+    wait.set_defaults(run=_jobs_wait)
+
+    artifact = job_commands.add_parser("artifact", help="download one artifact of a job")
+    artifact.add_argument("job_id")
+    artifact.add_argument("name")
+    artifact.add_argument("-o", "--output", type=Path, required=True, help="file (or directory) to write")
+    artifact.set_defaults(run=_jobs_artifact)
+    return parser
+
+
+def _wait_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", dest="wait_timeout", type=float, help="give up waiting after S seconds")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls (default 1)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true")
+
+
+# ------------------------------------------------------------------------------------------------ commands
+def _methods(client: Client, args: argparse.Namespace) -> int:
+    methods = client.methods.list(kind=args.kind)
+    if args.json:
+        _print_json([method.model_dump(mode="json") for method in methods])
+    else:
+        _print_table(
+            ["name", "kind", "family", "learned", "paper"],
+            [_method_row(method) for method in methods],
+        )
+    return 0
+
+
+def _method_row(method: MethodInfo) -> list[str]:
+    return [
+        method.name,
+        str(method.kind),
+        method.family,
+        "yes" if method.learned else "",
+        _clip(method.paper, 60),
+    ]
+
+
+def _bias(client: Client, args: argparse.Namespace) -> int:
+    suffix = args.output.suffix.lower()
+    if suffix not in (".safetensors", ".npy"):
+        print(
+            f"posenc-client: -o must end in .safetensors or .npy, not {args.output.name!r}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    path = client.bias.save(
+        args.method,
+        args.output,
+        num_heads=args.heads,
+        query_length=args.length,
+        key_length=args.key_length,
+        causal=not args.bidirectional,
+        dtype=args.dtype,
+        form=args.form,
+        params=args.params,
+    )
+    print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
+    return 0
+
+
+def _jobs_submit(client: Client, args: argparse.Namespace) -> int:
+    spec = json.loads(args.spec.read_text())
+    job = client.jobs.create(args.kind, spec, idempotency_key=args.idempotency_key)
+    if args.wait:
+        print(f"queued job {job.id}", file=sys.stderr)
+        job = _wait(client, job.id, args)
+    _show_job(job, as_json=args.json)
+    return 0
+
+
+def _jobs_get(client: Client, args: argparse.Namespace) -> int:
+    _show_job(client.jobs.get(args.job_id), as_json=args.json)
+    return 0
+
+
+def _jobs_list(client: Client, args: argparse.Namespace) -> int:
+    jobs = client.jobs.list(status=args.status, kind=args.kind)
+    if args.json:
+        _print_json([job.model_dump(mode="json") for job in jobs])
+    else:
+        _print_table(["id", "kind", "status", "progress", "created"], [_job_row(job) for job in jobs])
+    return 0
+
+
+def _jobs_cancel(client: Client, args: argparse.Namespace) -> int:
+    _show_job(client.jobs.cancel(args.job_id), as_json=args.json)
+    return 0
+
+
+def _jobs_wait(client: Client, args: argparse.Namespace) -> int:
+    _show_job(_wait(client, args.job_id, args), as_json=args.json)
+    return 0
+
+
+def _jobs_artifact(client: Client, args: argparse.Namespace) -> int:
+    path = client.jobs.download_artifact(args.job_id, args.name, args.output)
+    print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
+    return 0
+
+
+def _wait(client: Client, job_id: str, args: argparse.Namespace) -> Job:
+    return client.jobs.wait(
+        job_id,
+        timeout=args.wait_timeout,
+        poll_interval=args.poll_interval,
+        progress_bar=False if args.no_progress else None,
+    )
+
+
+# ------------------------------------------------------------------------------------------------- output
+def _show_job(job: Job, *, as_json: bool) -> None:
+    if as_json:
+        _print_json(job.model_dump(mode="json"))
+        return
+    lines = [("id", job.id), ("kind", job.kind), ("status", job.status), ("progress", _progress(job))]
+    lines.append(("created", job.created_at.isoformat(timespec="seconds")))
+    if job.finished_at is not None:
+        lines.append(("finished", job.finished_at.isoformat(timespec="seconds")))
+    if job.error:
+        lines.append(("error", job.error))
+    for artifact in job.artifacts or []:
+        lines.append(("artifact", f"{artifact.name}  {artifact.url}"))
+    width = max(len(label) for label, _ in lines)
+    for label, value in lines:
+        print(f"{label:<{width}}  {value}")
+    table = (job.result or {}).get("table")
+    if isinstance(table, list) and table and all(isinstance(row, dict) for row in table):
+        columns = list(table[0])
+        print()
+        _print_table(columns, [[_cell(row.get(column)) for column in columns] for row in table])
+
+
+def _job_row(job: Job) -> list[str]:
+    return [job.id, job.kind, job.status, _progress(job), job.created_at.isoformat(timespec="seconds")]
+
+
+def _progress(job: Job) -> str:
+    progress = job.progress
+    if progress is None or not progress.total:
+        return ""
+    text = f"{progress.step}/{progress.total}"
+    if progress.loss is not None:
+        text += f" loss {progress.loss:.4f}"
+    return text
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max([len(title)] + [len(row[index]) for row in rows]) for index, title in enumerate(header)]
+    print("  ".join(title.upper().ljust(width) for title, width in zip(header, widths, strict=True)).rstrip())
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+# --------------------------------------------------------------------------------------------------- main
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with Client(
+            base_url=args.base_url, api_key=args.api_key, timeout=args.timeout, max_retries=args.max_retries
+        ) as client:
+            status: int = args.run(client, args)
+            return status
+    except APIStatusError as error:
+        print(f"posenc-client: {error}", file=sys.stderr)
+        return EXIT_API_ERROR
+    except APIConnectionError as error:
+        print(f"posenc-client: {error}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except JobError as error:
+        print(f"posenc-client: {error}", file=sys.stderr)
+        return EXIT_JOB
+    except (OSError, json.JSONDecodeError) as error:
+        print(f"posenc-client: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

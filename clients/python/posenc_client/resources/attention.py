@@ -1,0 +1,122 @@
+"""``POST /v1/attention``: post-softmax attention maps with any method applied by its kind, and statistics."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from posenc_client._backends import ReturnFormat
+from posenc_client._base_client import UploadMode
+from posenc_client._results import AttentionResult
+from posenc_client._transport import HTTPRequest
+from posenc_client._uploads import TensorArg, build_body
+from posenc_client.resources._base import AsyncResource, SyncResource
+from posenc_client.resources._compute import SAFETENSORS, compute_request, params_or_empty
+
+FloatDType = Literal["float32", "float64", "bfloat16", "float16"]
+
+
+def _attention_request(
+    q: Any,
+    k: Any,
+    *,
+    method: str,
+    params: dict[str, Any] | None,
+    causal: bool,
+    key_padding_mask: Any,
+    stats: bool,
+    scale: float | None,
+    pairing: Literal["half", "interleaved"],
+    dtype: FloatDType | None,
+    upload: UploadMode,
+    accept: str | None,
+) -> HTTPRequest:
+    fields = {
+        "method": method,
+        "params": params_or_empty(params),
+        "causal": causal,
+        "stats": stats,
+        "scale": scale,
+        "pairing": pairing,
+        "dtype": dtype,
+    }
+    tensors = {
+        "q": TensorArg(q, "float32"),
+        "k": TensorArg(k, "float32"),
+        "key_padding_mask": None if key_padding_mask is None else TensorArg(key_padding_mask, "bool"),
+    }
+    body = build_body(fields, tensors, upload=upload, binary_allowed=True)
+    return compute_request("/v1/attention", body, accept=accept or SAFETENSORS)
+
+
+class Attention(SyncResource):
+    def compute(
+        self,
+        q: Any,
+        k: Any,
+        *,
+        method: str,
+        params: dict[str, Any] | None = None,
+        causal: bool = True,
+        key_padding_mask: Any = None,
+        stats: bool = True,
+        scale: float | None = None,
+        pairing: Literal["half", "interleaved"] = "half",
+        dtype: FloatDType | None = None,
+        upload: UploadMode | None = None,
+        return_format: ReturnFormat | None = None,
+        accept: str | None = None,
+    ) -> AttentionResult:
+        """``weights`` (B, H, Nq, Nk) and, with ``stats``, per head ``entropy``, ``mean_distance`` and
+        ``mass_by_distance``. q and k are (B, H, N, D); key_padding_mask (B, Nk) booleans, true = padding."""
+        request = _attention_request(
+            q,
+            k,
+            method=method,
+            params=params,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            stats=stats,
+            scale=scale,
+            pairing=pairing,
+            dtype=dtype,
+            upload=self._upload(upload),
+            accept=accept,
+        )
+        response = self._client._request(request)
+        return AttentionResult.from_response(response, fmt=self._format(return_format))
+
+
+class AsyncAttention(AsyncResource):
+    async def compute(
+        self,
+        q: Any,
+        k: Any,
+        *,
+        method: str,
+        params: dict[str, Any] | None = None,
+        causal: bool = True,
+        key_padding_mask: Any = None,
+        stats: bool = True,
+        scale: float | None = None,
+        pairing: Literal["half", "interleaved"] = "half",
+        dtype: FloatDType | None = None,
+        upload: UploadMode | None = None,
+        return_format: ReturnFormat | None = None,
+        accept: str | None = None,
+    ) -> AttentionResult:
+        request = _attention_request(
+            q,
+            k,
+            method=method,
+            params=params,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            stats=stats,
+            scale=scale,
+            pairing=pairing,
+            dtype=dtype,
+            upload=self._upload(upload),
+            accept=accept,
+        )
+        response = await self._client._request(request)
+        return AttentionResult.from_response(response, fmt=self._format(return_format))

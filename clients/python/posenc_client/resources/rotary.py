@@ -1,0 +1,131 @@
+"""``POST /v1/rotary``: rotate q (and k) by their positions with RoPE or one of its scalings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from posenc_client._backends import ReturnFormat
+from posenc_client._base_client import UploadMode
+from posenc_client._results import RotaryResult
+from posenc_client._transport import HTTPRequest
+from posenc_client._uploads import TensorArg, build_body
+from posenc_client.resources._base import AsyncResource, SyncResource
+from posenc_client.resources._compute import SAFETENSORS, compute_request, params_or_empty
+
+FloatDType = Literal["float32", "float64", "bfloat16", "float16"]
+
+
+def _rotary_request(
+    q: Any,
+    k: Any,
+    *,
+    method: str,
+    params: dict[str, Any] | None,
+    positions: Any,
+    offset: int,
+    pairing: Literal["half", "interleaved"],
+    rotate: Literal["both", "query"],
+    rotary_dim: int | None,
+    return_tables: bool,
+    dtype: FloatDType | None,
+    upload: UploadMode,
+    accept: str | None,
+) -> HTTPRequest:
+    fields = {
+        "method": method,
+        "params": params_or_empty(params),
+        "offset": offset,
+        "pairing": pairing,
+        "rotate": rotate,
+        "rotary_dim": rotary_dim,
+        "return_tables": return_tables,
+        "dtype": dtype,
+    }
+    tensors = {
+        "q": TensorArg(q, "float32"),
+        "k": None if k is None else TensorArg(k, "float32"),
+        "positions": None if positions is None else TensorArg(positions, "int64"),
+    }
+    body = build_body(fields, tensors, upload=upload, binary_allowed=True)
+    return compute_request("/v1/rotary", body, accept=accept or SAFETENSORS)
+
+
+class Rotary(SyncResource):
+    def apply(
+        self,
+        q: Any,
+        k: Any = None,
+        *,
+        method: str = "rope",
+        params: dict[str, Any] | None = None,
+        positions: Any = None,
+        offset: int = 0,
+        pairing: Literal["half", "interleaved"] = "half",
+        rotate: Literal["both", "query"] = "both",
+        rotary_dim: int | None = None,
+        return_tables: bool = False,
+        dtype: FloatDType | None = None,
+        upload: UploadMode | None = None,
+        return_format: ReturnFormat | None = None,
+        accept: str | None = None,
+    ) -> RotaryResult:
+        """Rotated ``q`` and ``k`` (B, H, N, D), plus ``cos``/``sin`` (N, rotary_dim/2) with return_tables.
+
+        q, k and positions: torch tensors, numpy arrays, nested lists, or ``{"random": {"shape": [...],
+        "seed": 0}}`` to have the server generate them. ``k`` may be omitted with ``rotate="query"``.
+        """
+        request = _rotary_request(
+            q,
+            k,
+            method=method,
+            params=params,
+            positions=positions,
+            offset=offset,
+            pairing=pairing,
+            rotate=rotate,
+            rotary_dim=rotary_dim,
+            return_tables=return_tables,
+            dtype=dtype,
+            upload=self._upload(upload),
+            accept=accept,
+        )
+        response = self._client._request(request)
+        return RotaryResult.from_response(response, fmt=self._format(return_format))
+
+
+class AsyncRotary(AsyncResource):
+    async def apply(
+        self,
+        q: Any,
+        k: Any = None,
+        *,
+        method: str = "rope",
+        params: dict[str, Any] | None = None,
+        positions: Any = None,
+        offset: int = 0,
+        pairing: Literal["half", "interleaved"] = "half",
+        rotate: Literal["both", "query"] = "both",
+        rotary_dim: int | None = None,
+        return_tables: bool = False,
+        dtype: FloatDType | None = None,
+        upload: UploadMode | None = None,
+        return_format: ReturnFormat | None = None,
+        accept: str | None = None,
+    ) -> RotaryResult:
+        request = _rotary_request(
+            q,
+            k,
+            method=method,
+            params=params,
+            positions=positions,
+            offset=offset,
+            pairing=pairing,
+            rotate=rotate,
+            rotary_dim=rotary_dim,
+            return_tables=return_tables,
+            dtype=dtype,
+            upload=self._upload(upload),
+            accept=accept,
+        )
+        response = await self._client._request(request)
+        return RotaryResult.from_response(response, fmt=self._format(return_format))

@@ -1,0 +1,197 @@
+"""The ``posenc`` command.
+
+``posenc serve``   the whole service on this machine. With no ``POSENC_REDIS_URL`` it starts a private
+                   redis-server (append-only, in ``<state-dir>/redis``), a supervised Celery worker and the
+                   gateway, and stops all three on Ctrl-C or SIGTERM. With ``POSENC_REDIS_URL`` set (docker
+                   compose) it runs the gateway only.
+``posenc worker``  a Celery worker against ``POSENC_REDIS_URL`` (what ``serve`` and the containers run).
+
+Settings travel to the children as ``POSENC_*`` environment variables, the same way a container gets them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from posenc import runtime
+from posenc.settings import Settings, get_settings
+
+
+class _Stop(BaseException):
+    """Raised by our SIGINT/SIGTERM handler so that ``serve`` unwinds through its cleanup."""
+
+
+def _raise_stop(signum: int, _frame: FrameType | None) -> None:
+    raise _Stop(signum)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="posenc", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser(
+        "serve", help="gateway (+ embedded Redis and a worker when no Redis URL is set)"
+    )
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or POSENC_HOST)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8000, or POSENC_PORT)")
+    serve.add_argument("--state-dir", type=Path, default=None, help="Redis data, artifacts and logs")
+    serve.add_argument("--workers", type=int, default=1, help="gateway (uvicorn) processes")
+    serve.add_argument("--concurrency", type=int, default=None, help="jobs the embedded worker runs at once")
+    serve.add_argument("--log-level", default="info")
+
+    worker = commands.add_parser("worker", help="a Celery worker that runs jobs (needs POSENC_REDIS_URL)")
+    worker.add_argument("--queues", default="cpu", help="comma-separated: cpu, gpu")
+    worker.add_argument("--concurrency", type=int, default=None, help="jobs at once (default 1)")
+    worker.add_argument(
+        "--hostname", default=None, help="Celery node name (default posenc-<queues>-<pid>@%%h)"
+    )
+    worker.add_argument("--loglevel", default="INFO")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "worker":
+        return run_worker(args.queues, args.concurrency, args.hostname, args.loglevel)
+    return serve(args)
+
+
+# ------------------------------------------------------------------------------------------------ worker
+
+
+def run_worker(queues: str, concurrency: int | None, hostname: str | None, loglevel: str) -> int:
+    names = [q.strip() for q in queues.split(",") if q.strip()]
+    from workers.names import QUEUES
+
+    unknown = sorted(set(names) - set(QUEUES))
+    if unknown or not names:
+        print(
+            f"posenc worker: unknown queue(s) {unknown or names}; choose from {list(QUEUES)}", file=sys.stderr
+        )
+        return 2
+    if concurrency is not None:
+        # Settings are read by the worker's children too (thread count = cores / concurrency).
+        os.environ["POSENC_WORKER_CONCURRENCY"] = str(concurrency)
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    get_settings.cache_clear()
+    settings = get_settings()
+    if not settings.redis_url:
+        print("posenc worker: set POSENC_REDIS_URL (redis://host:6379/0)", file=sys.stderr)
+        return 2
+    from workers.app import app
+
+    app.worker_main(
+        [
+            "worker",
+            "--queues",
+            ",".join(names),
+            "--concurrency",
+            str(settings.worker_concurrency),
+            "--pool",
+            "prefork",
+            "--max-tasks-per-child",
+            "1",
+            "--events",
+            "--hostname",
+            hostname or f"posenc-{'-'.join(names)}-{os.getpid()}@%h",
+            "--loglevel",
+            loglevel,
+            "--without-gossip",  # chatter between workers we do not use; heartbeats still go to Flower
+        ]
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ serve
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = get_settings()
+    state_dir: Path = (args.state_dir or settings.state_dir).expanduser().resolve()
+    env_updates = {"POSENC_STATE_DIR": str(state_dir)}
+    if args.host:
+        env_updates["POSENC_HOST"] = args.host
+    if args.port:
+        env_updates["POSENC_PORT"] = str(args.port)
+    os.environ.update(env_updates)
+    get_settings.cache_clear()
+
+    redis_server: runtime.EmbeddedRedis | None = None
+    worker: runtime.SupervisedProcess | None = None
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if not settings.redis_url:
+            redis_server = runtime.start_redis(state_dir)
+            os.environ["POSENC_REDIS_URL"] = redis_server.url
+            get_settings.cache_clear()
+            print(
+                f"posenc: redis-server on {redis_server.url} (data in {redis_server.directory})", flush=True
+            )
+            worker = _start_worker(args, state_dir)
+        settings = get_settings()
+        _warn_if_open(settings)
+        import uvicorn
+
+        print(f"posenc: gateway on http://{settings.host}:{settings.port} (docs at /docs)", flush=True)
+        # uvicorn handles SIGINT/SIGTERM while it runs, then re-raises the signal into our handler: _Stop.
+        uvicorn.run(
+            "service.main:app",
+            host=settings.host,
+            port=settings.port,
+            workers=args.workers,
+            log_level=args.log_level,
+        )
+    except _Stop:
+        pass
+    finally:
+        for sig in previous:  # a second Ctrl-C must not interrupt the clean-up
+            signal.signal(sig, signal.SIG_IGN)
+        _shut_down(worker, redis_server, get_settings())
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _start_worker(args: argparse.Namespace, state_dir: Path) -> runtime.SupervisedProcess:
+    queues = ["cpu", "gpu"] if runtime.cuda_present() else ["cpu"]
+    concurrency = args.concurrency or get_settings().worker_concurrency
+    env = dict(os.environ)
+    # SIGTERM becomes Celery's soft shutdown: running jobs get worker_soft_shutdown_timeout_s, then they are
+    # requeued (and resume from their checkpoint next time) instead of holding the stop for hours.
+    env["REMAP_SIGTERM"] = "SIGQUIT"
+    worker = runtime.SupervisedProcess(
+        runtime.worker_command(queues, concurrency), env, state_dir / "logs" / "worker.log", "celery worker"
+    )
+    worker.start()
+    print(f"posenc: celery worker on queues {queues} (log {worker.log_path})", flush=True)
+    return worker
+
+
+def _shut_down(
+    worker: runtime.SupervisedProcess | None, redis_server: runtime.EmbeddedRedis | None, settings: Settings
+) -> None:
+    if worker is not None:
+        print("posenc: stopping the worker", flush=True)
+        worker.stop(grace_s=settings.worker_soft_shutdown_timeout_s + 15)
+    if redis_server is not None:
+        print("posenc: stopping redis-server (SHUTDOWN SAVE)", flush=True)
+        redis_server.stop()
+
+
+def _warn_if_open(settings: Settings) -> None:
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_keys:
+        print(
+            f"posenc: WARNING: listening on {settings.host} without API keys; set POSENC_API_KEYS",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,546 @@
+"""Job records in Redis: the one source of truth for a job's public state.
+
+Shared by the gateway (create, read, list, cancel) and the workers (claim, progress, finish, recovery), so it
+lives in ``posenc`` and is torch-free. Celery's own task states are never read: Celery answers PENDING for an
+id it does not know, so the record is written as ``queued`` before the task is published.
+
+Keys (all under ``posenc:``):
+
+- ``job:{id}``            hash: the record (JSON values for spec, progress, result, artifacts); TTL job_ttl_s
+- ``job:{id}:tomb``       small JSON kept job_tombstone_ttl_s longer, so GET can say ``expired``
+- ``job:{id}:lease``      the running attempt's fencing token, with a short TTL its worker keeps refreshing
+- ``job:{id}:fence``      counter: every claim gets a larger token; writes carrying an older one are refused
+- ``job:{id}:cancel``     cancel flag, checked by the running attempt
+- ``job:{id}:events``     list of state transitions (what happened to the job, for operators and tests)
+- ``jobs:index``          zset id -> created_at (ms): listing
+- ``jobs:active``         set of ids that were claimed and not finished: what the recovery sweep looks at
+- ``idem:{sha256}``       Idempotency-Key -> {job_id, body_sha256}, SET NX
+- ``workers``             zset hostname -> heartbeat deadline (s); ``workers:info`` hash hostname -> JSON
+
+Every transition that must happen once (claim, finish, cancel, requeue) is a Lua script, so it is atomic
+and the checks (status, lease, fence) and the write cannot interleave with another process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import redis
+
+from posenc.schemas.jobs import TERMINAL_STATUSES, Artifact, Job, JobProgress
+from posenc.settings import Settings
+
+PREFIX = "posenc:"
+INDEX_KEY = PREFIX + "jobs:index"
+ACTIVE_KEY = PREFIX + "jobs:active"
+WORKERS_KEY = PREFIX + "workers"
+WORKERS_INFO_KEY = PREFIX + "workers:info"
+CHECKPOINT_DIR_NAME = "checkpoints"
+
+Redis = redis.Redis
+
+
+def record_key(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}"
+
+
+def _keys(job_id: str) -> dict[str, str]:
+    base = record_key(job_id)
+    return {
+        "record": base,
+        "tomb": base + ":tomb",
+        "lease": base + ":lease",
+        "fence": base + ":fence",
+        "cancel": base + ":cancel",
+        "events": base + ":events",
+    }
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+# ---------------------------------------------------------------------------------------------- connections
+
+_clients: dict[tuple[str, int], redis.Redis] = {}
+
+
+def connect(url: str) -> redis.Redis:
+    """One client per URL *per process*: a forked Celery child must not share its parent's sockets."""
+    key = (url, os.getpid())
+    client = _clients.get(key)
+    if client is None:
+        client = redis.Redis.from_url(
+            url, decode_responses=True, socket_connect_timeout=5, socket_timeout=30, health_check_interval=30
+        )
+        _clients[key] = client
+    return client
+
+
+# ---------------------------------------------------------------------------------------------- Lua scripts
+
+_TERMINAL_LUA = "local terminal = {succeeded=true, failed=true, cancelled=true, expired=true}\n"
+
+# KEYS: record lease fence active events cancel tomb
+# ARGV: now worker lease_ms max_attempts job_id ttl_s tomb_ttl_s
+_CLAIM = (
+    _TERMINAL_LUA
+    + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {'missing'} end
+if terminal[status] then return {'terminal', status} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
+  redis.call('SREM', KEYS[4], ARGV[5])
+  redis.call('RPUSH', KEYS[5], 'cancelled before start|' .. ARGV[1])
+  return {'terminal', 'cancelled'}
+end
+local attempts = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
+if attempts >= tonumber(ARGV[4]) then
+  local msg = 'gave up after ' .. attempts .. ' attempts: the worker running this job was lost every time'
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'error', msg, 'finished_at', ARGV[1], 'updated_at', ARGV[1])
+  redis.call('SREM', KEYS[4], ARGV[5])
+  redis.call('RPUSH', KEYS[5], 'failed (attempts exhausted)|' .. ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+  redis.call('EXPIRE', KEYS[5], ARGV[6])
+  redis.call('EXPIRE', KEYS[7], ARGV[6] + ARGV[7])
+  return {'exhausted', tostring(attempts)}
+end
+local fence = redis.call('INCR', KEYS[3])
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+redis.call('HSET', KEYS[1], 'status', 'running', 'fence', fence, 'attempts', attempts + 1,
+  'worker', ARGV[2], 'attempt_started_at', ARGV[1], 'updated_at', ARGV[1])
+if not redis.call('HGET', KEYS[1], 'started_at') then redis.call('HSET', KEYS[1], 'started_at', ARGV[1]) end
+redis.call('SADD', KEYS[4], ARGV[5])
+redis.call('RPUSH', KEYS[5],
+  'running attempt ' .. (attempts + 1) .. ' fence ' .. fence .. ' on ' .. ARGV[2] .. '|' .. ARGV[1])
+return {'claimed', tostring(fence), tostring(attempts + 1)}
+"""
+)
+
+# KEYS: record ; ARGV: fence, field, value, field, value...
+_UPDATE_IF_OWNER = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+# KEYS: record lease active events tomb cancel ; ARGV: fence status now ttl_s tomb_ttl_s job_id field value...
+_FINISH = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'finished_at', ARGV[3], 'updated_at', ARGV[3])
+if #ARGV > 6 then redis.call('HSET', KEYS[1], unpack(ARGV, 7)) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+redis.call('SREM', KEYS[3], ARGV[6])
+redis.call('DEL', KEYS[6])
+redis.call('RPUSH', KEYS[4], ARGV[2] .. ' fence ' .. ARGV[1] .. '|' .. ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('EXPIRE', KEYS[4], ARGV[4])
+redis.call('EXPIRE', KEYS[5], ARGV[4] + ARGV[5])
+return 1
+"""
+
+# KEYS: lease ; ARGV: fence lease_ms
+_RENEW_LEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS: record cancel active events ; ARGV: now ttl_s job_id
+_CANCEL = (
+    _TERMINAL_LUA
+    + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return 'missing' end
+if terminal[status] then return 'terminal' end
+redis.call('SET', KEYS[2], '1', 'EX', ARGV[2])
+if status == 'queued' then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
+  redis.call('SREM', KEYS[3], ARGV[3])
+  redis.call('RPUSH', KEYS[4], 'cancelled while queued|' .. ARGV[1])
+  return 'cancelled'
+end
+redis.call('RPUSH', KEYS[4], 'cancel requested|' .. ARGV[1])
+return 'requested'
+"""
+)
+
+# KEYS: record lease active events cancel ; ARGV: now job_id
+_REQUEUE_IF_ORPHANED = (
+    _TERMINAL_LUA
+    + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status or terminal[status] then redis.call('SREM', KEYS[3], ARGV[2]) return 'gone' end
+if status ~= 'running' then return 'skip' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'alive' end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
+  redis.call('SREM', KEYS[3], ARGV[2])
+  redis.call('RPUSH', KEYS[4], 'cancelled (worker lost after the cancel request)|' .. ARGV[1])
+  return 'cancelled'
+end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[1])
+redis.call('RPUSH', KEYS[4], 'requeued (lease expired)|' .. ARGV[1])
+return 'requeued'
+"""
+)
+
+
+# ---------------------------------------------------------------------------------------------- the store
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was used before with a different request body."""
+
+
+class IdempotencyInProgress(Exception):
+    """The Idempotency-Key belongs to a request that has not finished creating its job yet."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: Literal["claimed", "busy", "terminal", "missing", "exhausted"]
+    fence: int = 0
+    attempt: int = 0
+    status: str | None = None
+
+
+def body_fingerprint(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class JobStore:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        ttl_s: int,
+        tombstone_ttl_s: int = 30 * 24 * 3600,
+        idempotency_ttl_s: int = 24 * 3600,
+    ) -> None:
+        self.r = client
+        self.ttl_s = ttl_s
+        self.tombstone_ttl_s = tombstone_ttl_s
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self._claim = client.register_script(_CLAIM)
+        self._update_if_owner = client.register_script(_UPDATE_IF_OWNER)
+        self._finish = client.register_script(_FINISH)
+        self._renew = client.register_script(_RENEW_LEASE)
+        self._cancel = client.register_script(_CANCEL)
+        self._requeue = client.register_script(_REQUEUE_IF_ORPHANED)
+
+    # ---- gateway side
+
+    def create(self, job_id: str, kind: str, spec: Mapping[str, Any], queue: str) -> None:
+        """Write the ``queued`` record (and its tombstone and index entry) in one transaction."""
+        now = now_iso()
+        k = _keys(job_id)
+        tomb = json.dumps({"kind": kind, "queue": queue, "created_at": now})
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(
+            k["record"],
+            mapping={
+                "id": job_id,
+                "kind": kind,
+                "queue": queue,
+                "status": "queued",
+                "spec": json.dumps(dict(spec)),
+                "attempts": 0,
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
+        pipe.expire(k["record"], self.ttl_s)
+        pipe.set(k["tomb"], tomb, ex=self.ttl_s + self.tombstone_ttl_s)
+        pipe.rpush(k["events"], f"queued|{now}")
+        pipe.expire(k["events"], self.ttl_s)
+        pipe.zadd(INDEX_KEY, {job_id: time.time() * 1000})
+        pipe.execute()
+
+    def fail_unpublished(self, job_id: str, error: str) -> None:
+        """The record was written but the message could not be published: say so instead of queued forever."""
+        now = now_iso()
+        k = _keys(job_id)
+        self.r.hset(
+            k["record"], mapping={"status": "failed", "error": error, "finished_at": now, "updated_at": now}
+        )
+        self.r.rpush(k["events"], f"failed (not published)|{now}")
+
+    def reserve_idempotency_key(self, key: str, job_id: str, fingerprint: str) -> str | None:
+        """Bind ``key`` to ``job_id`` unless it is bound already; returns the earlier job id on a replay.
+
+        Raises IdempotencyConflict when the key was used with a different body, IdempotencyInProgress when
+        the earlier request has not written its record yet.
+        """
+        redis_key = PREFIX + "idem:" + hashlib.sha256(key.encode()).hexdigest()
+        value = json.dumps({"job_id": job_id, "body": fingerprint})
+        if self.r.set(redis_key, value, nx=True, ex=self.idempotency_ttl_s):
+            return None
+        raw = self.r.get(redis_key)
+        if raw is None:  # expired between SET and GET: take it now
+            self.r.set(redis_key, value, ex=self.idempotency_ttl_s)
+            return None
+        earlier = json.loads(raw)
+        if earlier["body"] != fingerprint:
+            raise IdempotencyConflict(earlier["job_id"])
+        if not self.r.exists(record_key(earlier["job_id"])) and not self.r.exists(
+            _keys(earlier["job_id"])["tomb"]
+        ):
+            raise IdempotencyInProgress(earlier["job_id"])
+        return str(earlier["job_id"])
+
+    def get(self, job_id: str) -> Job | None:
+        """The public record; an expired job (tombstone only) comes back with status ``expired``."""
+        k = _keys(job_id)
+        raw = _str_dict(self.r.hgetall(k["record"]))
+        if raw:
+            return record_to_job(raw)
+        tomb = self.r.get(k["tomb"])
+        if tomb is None:
+            return None
+        return _expired_job(job_id, json.loads(tomb))
+
+    def list_jobs(self, *, status: str | None = None, kind: str | None = None, limit: int = 50) -> list[Job]:
+        """Most recent first. Reads the index in pages until ``limit`` matching jobs are found."""
+        horizon_ms = (time.time() - self.ttl_s - self.tombstone_ttl_s) * 1000
+        self.r.zremrangebyscore(INDEX_KEY, "-inf", horizon_ms)
+        found: list[Job] = []
+        page, start = max(limit, 50), 0
+        while len(found) < limit:
+            ids = _strs(self.r.zrevrange(INDEX_KEY, start, start + page - 1))
+            if not ids:
+                break
+            start += page
+            pipe = self.r.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(record_key(job_id))
+            records = pipe.execute()
+            for job_id, raw in zip(ids, records, strict=True):
+                job = record_to_job(_str_dict(raw)) if raw else (self.get(job_id) if status == "expired" else None)
+                if job is None or (status and job.status != status) or (kind and job.kind != kind):
+                    continue
+                found.append(job)
+                if len(found) == limit:
+                    break
+        return found
+
+    def cancel(self, job_id: str) -> Literal["missing", "terminal", "cancelled", "requested"]:
+        k = _keys(job_id)
+        return self._cancel(  # type: ignore[no-any-return]
+            keys=[k["record"], k["cancel"], ACTIVE_KEY, k["events"]], args=[now_iso(), self.ttl_s, job_id]
+        )
+
+    def events(self, job_id: str) -> list[str]:
+        return _strs(self.r.lrange(_keys(job_id)["events"], 0, -1))
+
+    # ---- worker side
+
+    def claim(self, job_id: str, *, worker: str, lease_ttl_s: float, max_attempts: int) -> Claim:
+        """Take the job for one attempt: a new fencing token, attempts+1, status running, the lease set."""
+        k = _keys(job_id)
+        reply = self._claim(
+            keys=[k["record"], k["lease"], k["fence"], ACTIVE_KEY, k["events"], k["cancel"], k["tomb"]],
+            args=[
+                now_iso(),
+                worker,
+                int(lease_ttl_s * 1000),
+                max_attempts,
+                job_id,
+                self.ttl_s,
+                self.tombstone_ttl_s,
+            ],
+        )
+        outcome = reply[0]
+        if outcome == "claimed":
+            return Claim("claimed", fence=int(reply[1]), attempt=int(reply[2]))
+        if outcome == "terminal":
+            return Claim("terminal", status=reply[1])
+        if outcome == "exhausted":
+            return Claim("exhausted", attempt=int(reply[1]))
+        return Claim(outcome)
+
+    def renew_lease(self, job_id: str, fence: int, lease_ttl_s: float) -> bool:
+        """False when the lease now belongs to a newer attempt (or expired): this attempt must stop."""
+        return bool(self._renew(keys=[_keys(job_id)["lease"]], args=[fence, int(lease_ttl_s * 1000)]))
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return bool(self.r.exists(_keys(job_id)["cancel"]))
+
+    def write_progress(self, job_id: str, fence: int, progress: JobProgress) -> bool:
+        return bool(
+            self._update_if_owner(
+                keys=[record_key(job_id)],
+                args=[fence, "progress", progress.model_dump_json(), "updated_at", now_iso()],
+            )
+        )
+
+    def finish(
+        self,
+        job_id: str,
+        fence: int,
+        status: Literal["succeeded", "failed", "cancelled"],
+        *,
+        result: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        progress: JobProgress | None = None,
+        artifacts: Iterable[Mapping[str, Any]] = (),
+    ) -> bool:
+        """The one terminal write of a job; refused (False) unless this attempt still owns it."""
+        fields: list[str] = ["artifacts", json.dumps(list(artifacts))]
+        if result is not None:
+            fields += ["result", json.dumps(dict(result))]
+        if error is not None:
+            fields += ["error", error]
+        if progress is not None:
+            fields += ["progress", progress.model_dump_json()]
+        k = _keys(job_id)
+        return bool(
+            self._finish(
+                keys=[k["record"], k["lease"], ACTIVE_KEY, k["events"], k["tomb"], k["cancel"]],
+                args=[fence, status, now_iso(), self.ttl_s, self.tombstone_ttl_s, job_id, *fields],
+            )
+        )
+
+    def requeue_if_orphaned(self, job_id: str) -> str:
+        """``requeued`` when the job was running and its lease expired; the caller then publishes it again."""
+        k = _keys(job_id)
+        return str(
+            self._requeue(
+                keys=[k["record"], k["lease"], ACTIVE_KEY, k["events"], k["cancel"]], args=[now_iso(), job_id]
+            )
+        )
+
+    def active_job_ids(self) -> list[str]:
+        return sorted(_strs(self.r.smembers(ACTIVE_KEY)))
+
+    def queue_of(self, job_id: str) -> str | None:
+        queue = self.r.hget(record_key(job_id), "queue")
+        return None if queue is None else str(queue)
+
+    # ---- worker liveness (readiness)
+
+    def beat_worker(self, hostname: str, queues: list[str], ttl_s: float) -> None:
+        info = json.dumps({"hostname": hostname, "queues": queues, "pid": os.getpid(), "at": now_iso()})
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(WORKERS_KEY, {hostname: time.time() + ttl_s})
+        pipe.hset(WORKERS_INFO_KEY, hostname, info)
+        pipe.execute()
+
+    def forget_worker(self, hostname: str) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zrem(WORKERS_KEY, hostname)
+        pipe.hdel(WORKERS_INFO_KEY, hostname)
+        pipe.execute()
+
+    def live_workers(self) -> list[dict[str, Any]]:
+        now = time.time()
+        dead = _strs(self.r.zrangebyscore(WORKERS_KEY, "-inf", now))
+        if dead:
+            self.r.zrem(WORKERS_KEY, *dead)
+            self.r.hdel(WORKERS_INFO_KEY, *dead)
+        alive = _strs(self.r.zrangebyscore(WORKERS_KEY, now, "+inf"))
+        if not alive:
+            return []
+        infos = self.r.hmget(WORKERS_INFO_KEY, alive)
+        return [json.loads(info) for info in infos if info]
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+def _strs(values: Iterable[Any]) -> list[str]:
+    """redis-py's return types do not know about ``decode_responses=True``; the values are str."""
+    return [str(v) for v in values]
+
+
+def _str_dict(values: Mapping[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in values.items()}
+
+
+def _json_or(raw: str | None, default: Any) -> Any:
+    return default if not raw else json.loads(raw)
+
+
+def artifact_url(job_id: str, name: str) -> str:
+    return f"/v1/jobs/{job_id}/artifacts/{name}"
+
+
+def record_to_job(raw: Mapping[str, str]) -> Job:
+    job_id = raw["id"]
+    return Job(
+        id=job_id,
+        kind=raw["kind"],
+        status=raw["status"],
+        progress=JobProgress.model_validate_json(raw["progress"]) if raw.get("progress") else JobProgress(),
+        result=_json_or(raw.get("result"), None),
+        error=raw.get("error") or None,
+        artifacts=[
+            Artifact(name=a["name"], url=artifact_url(job_id, a["name"]), size=a.get("size"))
+            for a in _json_or(raw.get("artifacts"), [])
+        ],
+        spec=_json_or(raw.get("spec"), {}),
+        attempts=int(raw.get("attempts") or 0),
+        queue=raw.get("queue") or "cpu",
+        created_at=raw["created_at"],
+        started_at=raw.get("started_at") or None,
+        finished_at=raw.get("finished_at") or None,
+        updated_at=raw.get("updated_at") or None,
+    )
+
+
+def _expired_job(job_id: str, tomb: Mapping[str, Any]) -> Job:
+    return Job(
+        id=job_id,
+        kind=tomb["kind"],
+        status="expired",
+        spec={},
+        queue=tomb.get("queue", "cpu"),
+        created_at=tomb["created_at"],
+        error="the job's record and result expired (job_ttl_s); its artifacts may be gone too",
+    )
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES
+
+
+def list_artifacts(job_dir: Path) -> list[dict[str, Any]]:
+    """Files a job produced, relative POSIX names, excluding its resume checkpoints and temp files."""
+    if not job_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(job_dir.rglob("*")):
+        rel = path.relative_to(job_dir)
+        if not path.is_file() or rel.parts[0] == CHECKPOINT_DIR_NAME or path.name.startswith("."):
+            continue
+        found.append({"name": rel.as_posix(), "size": path.stat().st_size})
+    return found
+
+
+def store_from_settings(settings: Settings) -> JobStore:
+    if not settings.redis_url:
+        raise RuntimeError("POSENC_REDIS_URL is not set (`posenc serve` sets it for its children)")
+    return JobStore(
+        connect(settings.redis_url),
+        ttl_s=settings.job_ttl_s,
+        tombstone_ttl_s=settings.job_tombstone_ttl_s,
+        idempotency_ttl_s=settings.idempotency_ttl_s,
+    )

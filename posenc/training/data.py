@@ -1,0 +1,265 @@
+"""Training data: character-level corpora and synthetic sequence tasks, both as int64 token ids.
+
+Corpora (``load_corpus``):
+    ``"stdlib"``           an offline code corpus built from this interpreter's own standard-library
+                           ``.py`` sources (sorted relative paths, ASCII-only files, no tests, up to
+                           ``STDLIB_CORPUS_CHARS`` characters), cached as a text file per Python version;
+    ``"tinyshakespeare"``  ``<data_dir>/tinyshakespeare.txt`` (karpathy/char-rnn, 1,115,394 bytes);
+    anything else          a path to a UTF-8 text file.
+The vocabulary is the sorted set of distinct characters; the split is nanoGPT's: the first
+``1 - val_fraction`` of the text trains, the rest validates.
+
+Synthetic tasks (``TaskSpec``): one token per symbol, ``BOS prompt SEP target EOS``, loss on target tokens
+(and EOS) only. The task *size* n is the number of symbols (copy, reverse) or digits per operand (addition):
+    copy      BOS x1 .. xn SEP x1 .. xn EOS          sequence length 2n + 3
+    reverse   BOS x1 .. xn SEP xn .. x1 EOS          sequence length 2n + 3
+    addition  BOS a1..an + b1..bn SEP s1..sm EOS     sequence length 3n + 4 + m, m ∈ {n, n + 1}
+with x drawn uniformly from a 20-letter alphabet and a, b uniform n-digit numbers (0 allowed when n = 1),
+the sum written most significant digit first. Training draws n ~ U(1..n_train) per example, where
+n_train is the largest size whose longest sequence fits the training length L (``max_task_size``);
+evaluation sizes are ``spec.eval.lengths`` read as task sizes, defaulting to [n_train, 2 n_train, 4 n_train, 8 n_train].
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from posenc.errors import InvalidInput
+
+TaskName = Literal["copy", "reverse", "addition"]
+
+STDLIB_CORPUS_CHARS = 3_000_000  # a few MB: enough for 1000s of steps at B=32, T=128 without repeating much
+_STDLIB_SKIPPED_DIRS = frozenset(
+    {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+)
+
+PAD, BOS, SEP, EOS = 0, 1, 2, 3
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<sep>", "<eos>")
+COPY_ALPHABET = "abcdefghijklmnopqrst"  # 20 symbols (evaluation.md §2.4)
+ADDITION_SYMBOLS = "0123456789+"
+
+
+# ------------------------------------------------------------------------------------------------ corpora
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/posenc`` (or ``~/.cache/posenc``): where derived corpora are kept between runs."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "posenc"
+
+
+def stdlib_sources() -> list[Path]:
+    """The standard-library ``.py`` files of the corpus, in their fixed order (sorted relative POSIX paths).
+
+    Test suites and installed third-party packages are skipped so the corpus is the library itself.
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = [
+        path
+        for path in root.rglob("*.py")
+        if not _STDLIB_SKIPPED_DIRS.intersection(path.relative_to(root).parts[:-1])
+    ]
+    return sorted(files, key=lambda path: path.relative_to(root).as_posix())
+
+
+def build_stdlib_corpus(max_chars: int = STDLIB_CORPUS_CHARS) -> str:
+    """Concatenate ASCII-only standard-library sources in ``stdlib_sources`` order until ``max_chars``.
+
+    Files with any non-ASCII character are left out so the vocabulary stays small (about 100 symbols) and
+    the same on every platform; the last file is cut so the corpus is exactly ``max_chars`` when enough exist.
+    """
+    pieces: list[str] = []
+    total = 0
+    for path in stdlib_sources():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if not text.isascii():
+            continue
+        text = text.replace("\r\n", "\n")
+        pieces.append(text[: max_chars - total])
+        total += len(pieces[-1])
+        if total >= max_chars:
+            break
+    return "".join(pieces)
+
+
+def stdlib_corpus(cache_dir: Path | None = None) -> str:
+    """The stdlib corpus, built once per Python version and cached under ``cache_dir``."""
+    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cached = directory / f"stdlib-corpus-py{version}-{STDLIB_CORPUS_CHARS}.txt"
+    if cached.is_file():
+        return cached.read_text(encoding="utf-8")
+    text = build_stdlib_corpus()
+    directory.mkdir(parents=True, exist_ok=True)
+    temporary = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, cached)
+    return text
+
+
+def resolve_data_dir(data_dir: Path | None) -> Path | None:
+    """The argument, else ``$POSENC_DATA_DIR``, else None (named corpora then cannot be found)."""
+    if data_dir is not None:
+        return data_dir
+    from_env = os.environ.get("POSENC_DATA_DIR")
+    return Path(from_env) if from_env else None
+
+
+def corpus_path(name: str, data_dir: Path | None) -> Path | None:
+    """Where a file-backed corpus lives: None for the built-in ``stdlib``; raises InvalidInput if missing."""
+    if name == "stdlib":
+        return None
+    if name == "tinyshakespeare":
+        directory = resolve_data_dir(data_dir)
+        if directory is None:
+            raise InvalidInput(
+                ("body", "spec", "data", "corpus"),
+                "corpus 'tinyshakespeare' needs a data directory (POSENC_DATA_DIR) "
+                "holding tinyshakespeare.txt",
+            )
+        path = directory / "tinyshakespeare.txt"
+    else:
+        path = Path(name)
+    if not path.is_file():
+        raise InvalidInput(
+            ("body", "spec", "data", "corpus"),
+            f"corpus {name!r}: no text file at {path}; use 'stdlib', 'tinyshakespeare' or a file path",
+        )
+    return path
+
+
+def load_corpus_text(name: str, data_dir: Path | None = None, cache_dir: Path | None = None) -> str:
+    """The raw text of a corpus by name or path (see the module docstring)."""
+    path = corpus_path(name, data_dir)
+    if path is None:
+        return stdlib_corpus(cache_dir)
+    return path.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class CharCorpus:
+    """A character-level corpus: vocabulary and the train/validation token ids (int64, 1D)."""
+
+    vocab: tuple[str, ...]
+    train: torch.Tensor  # (N_train,) int64
+    val: torch.Tensor  # (N_val,) int64
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+
+def encode(text: str, vocab: Sequence[str]) -> torch.Tensor:
+    """Characters -> int64 ids (N,); raises InvalidInput on a character outside ``vocab``."""
+    index = {char: i for i, char in enumerate(vocab)}
+    try:
+        return torch.tensor([index[char] for char in text], dtype=torch.int64)
+    except KeyError as exc:
+        raise InvalidInput(
+            ("body", "spec", "data"), f"character {exc.args[0]!r} is not in the vocabulary"
+        ) from None
+
+
+def char_corpus(text: str, val_fraction: float = 0.1, vocab: Sequence[str] | None = None) -> CharCorpus:
+    """Split ``text`` nanoGPT-style (train first); encode with ``vocab`` (default: its sorted characters)."""
+    chosen = tuple(vocab) if vocab is not None else tuple(sorted(set(text)))
+    ids = encode(text, chosen)
+    split = int(len(ids) * (1.0 - val_fraction))
+    return CharCorpus(vocab=chosen, train=ids[:split], val=ids[split:])
+
+
+def text_batch(
+    ids: torch.Tensor, length: int, batch_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: inputs and next-character targets, each (B, T) int64, starts from ``generator``."""
+    if len(ids) < length + 1:
+        raise InvalidInput(
+            ("body", "spec", "train", "length"), f"corpus split of {len(ids)} chars < length + 1"
+        )
+    starts = torch.randint(0, len(ids) - length, (batch_size,), generator=generator)  # (B,)
+    windows = ids[starts[:, None] + torch.arange(length + 1)[None, :]]  # (B, T + 1)
+    return windows[:, :-1], windows[:, 1:]
+
+
+# -------------------------------------------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class TaskBatch:
+    """Inputs, next-token targets and the loss mask (True on target tokens and EOS), each (B, T)."""
+
+    inputs: torch.Tensor  # (B, T) int64
+    targets: torch.Tensor  # (B, T) int64
+    loss_mask: torch.Tensor  # (B, T) bool
+
+
+def task_vocab(task: TaskName) -> tuple[str, ...]:
+    """Token strings of a task: the four specials, then its symbols."""
+    symbols = ADDITION_SYMBOLS if task == "addition" else COPY_ALPHABET
+    return (*SPECIAL_TOKENS, *symbols)
+
+
+def task_sequence_length(task: TaskName, size: int) -> int:
+    """The longest ``BOS prompt SEP target EOS`` sequence of a task instance of size n."""
+    return 3 * size + 5 if task == "addition" else 2 * size + 3
+
+
+def max_task_size(task: TaskName, train_length: int) -> int:
+    """n_train: the largest size whose longest sequence fits in ``train_length`` tokens (0 if none does)."""
+    return (train_length - 5) // 3 if task == "addition" else (train_length - 3) // 2
+
+
+def _task_example(task: TaskName, size: int, generator: torch.Generator) -> tuple[list[int], list[int]]:
+    """(prompt ids, target ids) of one instance; ids index ``task_vocab(task)``."""
+    offset = len(SPECIAL_TOKENS)
+    if task == "addition":
+        operands = [_random_digits(size, generator) for _ in range(2)]
+        prompt_text = f"{operands[0]}+{operands[1]}"
+        target_text = str(int(operands[0]) + int(operands[1]))
+        return (
+            [offset + ADDITION_SYMBOLS.index(c) for c in prompt_text],
+            [offset + ADDITION_SYMBOLS.index(c) for c in target_text],
+        )
+    symbols = (torch.randint(0, len(COPY_ALPHABET), (size,), generator=generator) + offset).tolist()
+    return symbols, (symbols if task == "copy" else symbols[::-1])
+
+
+def _random_digits(size: int, generator: torch.Generator) -> str:
+    """A uniform n-digit number as text: no leading zero unless n = 1 (then 0..9)."""
+    digits = torch.randint(0, 10, (size,), generator=generator)  # (n,)
+    if size > 1:
+        digits[0] = torch.randint(1, 10, (1,), generator=generator)
+    return "".join(str(int(d)) for d in digits)
+
+
+def task_batch(task: TaskName, sizes: Sequence[int], generator: torch.Generator) -> TaskBatch:
+    """One padded batch with one instance per entry of ``sizes``; PAD after EOS, never scored."""
+    sequences: list[list[int]] = []
+    target_starts: list[int] = []
+    for size in sizes:
+        prompt, target = _task_example(task, size, generator)
+        sequences.append([BOS, *prompt, SEP, *target, EOS])
+        target_starts.append(len(prompt) + 2)  # index in the sequence of the first target token
+    width = max(len(sequence) for sequence in sequences) - 1
+    inputs = torch.full((len(sequences), width), PAD, dtype=torch.int64)  # (B, T)
+    targets = torch.full((len(sequences), width), PAD, dtype=torch.int64)  # (B, T)
+    loss_mask = torch.zeros((len(sequences), width), dtype=torch.bool)  # (B, T)
+    for row, (sequence, start) in enumerate(zip(sequences, target_starts, strict=True)):
+        ids = torch.tensor(sequence, dtype=torch.int64)
+        inputs[row, : len(ids) - 1] = ids[:-1]
+        targets[row, : len(ids) - 1] = ids[1:]
+        loss_mask[row, start - 1 : len(ids) - 1] = True  # input position p predicts sequence token p + 1
+    return TaskBatch(inputs=inputs, targets=targets, loss_mask=loss_mask)
+
+
+def task_train_batch(task: TaskName, max_size: int, batch_size: int, generator: torch.Generator) -> TaskBatch:
+    """A training batch: sizes n ~ U(1..max_size) per example."""
+    sizes = torch.randint(1, max_size + 1, (batch_size,), generator=generator).tolist()
+    return task_batch(task, sizes, generator)

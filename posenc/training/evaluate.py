@@ -1,0 +1,153 @@
+"""Length-extrapolation evaluation: per-length NLL/perplexity on text, per-size exact match on tasks.
+
+Text protocols (evaluation.md §1.2), over the first ``max_tokens`` next-character targets of validation:
+
+    nonoverlapping  disjoint windows of L_valid tokens, every token scored (fairseq ``--context-window 0``);
+                    ⌊n / L⌋ windows, ⌊n / L⌋·L scored tokens (n = scored-token budget)
+    sliding         a window of L_valid advanced by the stride S (default L/2); the first window scores all L
+                    tokens, every later one only its last S, so each target is scored once and, after the
+                    first window, with at least L − S tokens of context; 1 + ⌊(n − L) / S⌋ windows,
+                    L + (windows − 1)·S scored tokens
+
+Tasks: greedy exact match. Teacher-forced argmax over the target tokens (EOS included) is used: a greedy
+decode reproduces the target exactly iff the argmax is right at every target position given the right
+prefix, so the two are the same metric and one forward pass per batch replaces n decoding steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+
+from posenc.training.data import TaskName, task_batch
+
+Protocol = Literal["nonoverlapping", "sliding"]
+LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) int64 -> logits (B, T, V)
+
+EVAL_TOKENS_PER_BATCH = 8192  # windows per forward pass = this // L_valid (at least one)
+TASK_EVAL_SEED = 20240601  # every method and seed is scored on the same task instances
+
+
+@dataclass(frozen=True)
+class Window:
+    start: int  # index in the id stream of the window's first input token
+    first_scored: int  # offset inside the window of the first scored target
+
+
+@dataclass(frozen=True)
+class TextScore:
+    length: int
+    protocol: Protocol
+    stride: int | None  # sliding only
+    nll: float  # mean nats per character
+    ppl: float  # exp(nll)
+    tokens: int  # scored targets
+    windows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    length: int  # task size n
+    exact_match: float
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_stride(length: int) -> int:
+    return max(1, length // 2)
+
+
+def protocol_windows(
+    available: int, length: int, protocol: Protocol, stride: int | None = None
+) -> list[Window]:
+    """The windows a protocol scores with ``available`` targets; raises ValueError if not even one fits."""
+    if available < length:
+        raise ValueError(f"{available} validation targets are fewer than one window of {length}")
+    if protocol == "nonoverlapping":
+        return [Window(start=k * length, first_scored=0) for k in range(available // length)]
+    step = stride if stride is not None else default_stride(length)
+    if not 1 <= step <= length:
+        raise ValueError(f"sliding stride must be in [1, {length}], got {step}")
+    count = 1 + (available - length) // step
+    return [Window(start=k * step, first_scored=0 if k == 0 else length - step) for k in range(count)]
+
+
+@torch.inference_mode()
+def evaluate_text(
+    logits_fn: LogitsFn,
+    ids: torch.Tensor,
+    length: int,
+    *,
+    protocol: Protocol = "nonoverlapping",
+    stride: int | None = None,
+    max_tokens: int = 65536,
+    device: str | torch.device = "cpu",
+) -> TextScore:
+    """Mean NLL and perplexity of the first ``max_tokens`` next-token targets of ids (N,) at ``length``."""
+    available = min(max_tokens, len(ids) - 1)
+    windows = protocol_windows(available, length, protocol, stride)
+    per_batch = max(1, EVAL_TOKENS_PER_BATCH // length)
+    offsets = torch.arange(length + 1)  # (T + 1,)
+    total_nll = 0.0
+    scored = 0
+    for first in range(0, len(windows), per_batch):
+        chunk = windows[first : first + per_batch]
+        starts = torch.tensor([w.start for w in chunk])  # (b,)
+        tokens = ids[starts[:, None] + offsets[None, :]].to(device)  # (b, T + 1)
+        logits = logits_fn(tokens[:, :-1]).float()  # (b, T, V)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        target_log_probs = log_probs.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (b, T)
+        keep = torch.tensor([w.first_scored for w in chunk], device=target_log_probs.device)  # (b,)
+        scored_mask = torch.arange(length, device=keep.device)[None, :] >= keep[:, None]  # (b, T)
+        total_nll -= float(target_log_probs[scored_mask].double().sum())
+        scored += int(scored_mask.sum())
+    nll = total_nll / scored
+    return TextScore(
+        length=length,
+        protocol=protocol,
+        stride=(stride if stride is not None else default_stride(length)) if protocol == "sliding" else None,
+        nll=nll,
+        ppl=math.exp(nll),
+        tokens=scored,
+        windows=len(windows),
+    )
+
+
+@torch.inference_mode()
+def evaluate_task(
+    logits_fn: LogitsFn,
+    task: TaskName,
+    size: int,
+    *,
+    samples: int = 100,
+    batch_size: int = 50,
+    device: str | torch.device = "cpu",
+) -> TaskScore:
+    """Greedy exact match on ``samples`` fresh instances of size n (the same instances for every model)."""
+    generator = torch.Generator().manual_seed(TASK_EVAL_SEED + size)
+    correct = 0
+    for first in range(0, samples, batch_size):
+        count = min(batch_size, samples - first)
+        batch = task_batch(task, [size] * count, generator)
+        predicted = logits_fn(batch.inputs.to(device)).argmax(-1).cpu()  # (b, T)
+        right_or_unscored = (predicted == batch.targets) | ~batch.loss_mask  # (b, T)
+        correct += int(right_or_unscored.all(dim=1).sum())
+    return TaskScore(length=size, exact_match=correct / samples, samples=samples)
+
+
+def evaluate_lengths_text(
+    logits_fn: LogitsFn,
+    ids: torch.Tensor,
+    lengths: Sequence[int],
+    **options: Any,
+) -> list[TextScore]:
+    return [evaluate_text(logits_fn, ids, length, **options) for length in lengths]

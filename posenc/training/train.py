@@ -1,0 +1,202 @@
+"""The training loop: AdamW, linear warmup then cosine decay to 10%, gradient clipping at 1.0.
+
+Deterministic from the seed: the weights come from ``TinyTransformer(config, seed)`` and every batch from
+one ``torch.Generator`` seeded from the same seed. Every ``checkpoint_every`` steps (and at the end) the whole
+state (model, optimizer, scheduler, step, RNG states, loss history) is written atomically to
+``checkpoint_dir/train_state.pt``; a run restarted with the same directory continues from there and, on the
+CPU, ends bit-identical to an uninterrupted run. Hooks are called every step: ``should_cancel`` before the
+step (raising :class:`JobCancelled`), ``progress`` after it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from posenc.schemas.jobs import TrainSpec
+from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
+from posenc.training.model import ModelConfig, TinyTransformer
+
+CHECKPOINT_NAME = "train_state.pt"
+FINAL_LR_FRACTION = 0.1
+ADAM_BETAS = (0.9, 0.99)  # nanoGPT's shakespeare_char setting for small char-level models
+GRAD_CLIP = 1.0
+DATA_SEED_OFFSET = 0x5EED  # the batch stream is seeded apart from the weight draw
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Inputs and targets (B, T) int64; ``loss_mask`` (B, T) bool limits the loss (synthetic tasks)."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    loss_mask: torch.Tensor | None = None
+
+
+BatchSource = Callable[[torch.Generator], Batch]  # draws the next batch from the run's generator
+
+
+@dataclass(frozen=True)
+class ProgressScope:
+    """Where this run sits in its job, so ``Progress.step/total`` count over the whole job."""
+
+    offset: int = 0  # job steps done before this run's first step
+    total: int | None = None  # job total; None: this run's steps
+    stage: str | None = None
+
+
+@dataclass
+class TrainOutcome:
+    model: TinyTransformer
+    losses: list[float]  # one per step, from step 1 (including steps done before a resume)
+    steps_run: int  # steps executed by this call (0 when the final checkpoint already existed)
+    seconds: float  # wall time of those steps
+    tokens_per_s: float | None  # input tokens per second over those steps
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1]
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Multiplier of the peak lr at 0-based ``step``: linear warmup, then cosine from 1 down to 10%."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: torch.nn.Module, spec: TrainSpec) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (dim >= 2) only; biases and LayerNorm gains are not decayed."""
+    decayed = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    plain = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decayed, "weight_decay": spec.weight_decay}, {"params": plain, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=spec.lr, betas=ADAM_BETAS)
+
+
+def sequence_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) over all tokens, or over ``loss_mask`` when given."""
+    vocab = logits.shape[-1]
+    flat_logits = logits.reshape(-1, vocab)  # (B·T, V)
+    flat_targets = batch.targets.reshape(-1)  # (B·T,)
+    if batch.loss_mask is None:
+        return F.cross_entropy(flat_logits, flat_targets)
+    per_token = F.cross_entropy(flat_logits, flat_targets, reduction="none")  # (B·T,)
+    weights = batch.loss_mask.reshape(-1).to(per_token.dtype)  # (B·T,)
+    return (per_token * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+def atomic_torch_save(state: dict[str, Any], path: Path) -> None:
+    """torch.save to a temporary file in the same directory, then os.replace: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def _fingerprint(config: ModelConfig, seed: int, spec: TrainSpec) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed (a different run's state is never picked up)."""
+    return {"config": config.to_json(), "seed": seed, "train": spec.model_dump()}
+
+
+def train(
+    config: ModelConfig,
+    seed: int,
+    spec: TrainSpec,
+    batches: BatchSource,
+    *,
+    checkpoint_dir: Path | None = None,
+    hooks: JobHooks | None = None,
+    device: str = "cpu",
+    threads: int | None = None,
+    scope: ProgressScope | None = None,
+) -> TrainOutcome:
+    """Train ``TinyTransformer(config, seed)`` for ``spec.steps`` steps, resuming from ``checkpoint_dir``."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    hooks = hooks if hooks is not None else NoHooks()
+    scope = scope if scope is not None else ProgressScope()
+    total = scope.total if scope.total is not None else spec.steps
+    target = torch.device(device)
+
+    model = TinyTransformer(config, seed).to(target)
+    optimizer = make_optimizer(model, spec)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, spec.warmup_steps, spec.steps)
+    )
+    generator = torch.Generator().manual_seed(seed + DATA_SEED_OFFSET)
+    losses: list[float] = []
+    start_step = 0
+    fingerprint = _fingerprint(config, seed, spec)
+    checkpoint = checkpoint_dir / CHECKPOINT_NAME if checkpoint_dir is not None else None
+
+    if checkpoint is not None and checkpoint.is_file():
+        state = torch.load(checkpoint, map_location=target, weights_only=True)
+        if state.get("fingerprint") == fingerprint:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            generator.set_state(state["data_rng"])
+            torch.set_rng_state(state["torch_rng"])
+            losses = list(state["losses"])
+            start_step = int(state["step"])
+
+    def save(step: int) -> None:
+        if checkpoint is None:
+            return
+        atomic_torch_save(
+            {
+                "fingerprint": fingerprint,
+                "step": step,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "data_rng": generator.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "losses": losses,
+            },
+            checkpoint,
+        )
+
+    model.train()
+    tokens = 0
+    began = time.perf_counter()
+    for step in range(start_step, spec.steps):
+        if hooks.should_cancel():
+            raise JobCancelled(f"cancelled before step {step + 1} of {spec.steps}")
+        batch = batches(generator)
+        batch = Batch(
+            inputs=batch.inputs.to(target),
+            targets=batch.targets.to(target),
+            loss_mask=None if batch.loss_mask is None else batch.loss_mask.to(target),
+        )
+        loss = sequence_loss(model(batch.inputs), batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss.item()))
+        tokens += batch.inputs.numel()
+        done = step + 1
+        if done % spec.checkpoint_every == 0 or done == spec.steps:
+            save(done)
+        hooks.progress(Progress(step=scope.offset + done, total=total, loss=losses[-1], stage=scope.stage))
+    seconds = time.perf_counter() - began
+    steps_run = spec.steps - start_step
+    model.eval()
+    return TrainOutcome(
+        model=model,
+        losses=losses,
+        steps_run=steps_run,
+        seconds=seconds,
+        tokens_per_s=tokens / seconds if steps_run and seconds > 0 else None,
+    )

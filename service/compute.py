@@ -1,0 +1,469 @@
+"""Thin glue from the compute requests to ``posenc.pe`` and ``posenc.attention``.
+
+Each ``prepare_*`` resolves the method, validates its params and the declared tensor shapes, and works out
+every output's shape and dtype WITHOUT allocating or decoding anything; it returns a :class:`Prepared`
+whose ``run`` does the work. The route checks the budgets and takes a compute slot in between.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic_core
+import torch
+from pydantic import BaseModel, ValidationError
+
+from posenc.attention import attention_maps, attention_statistics, compute_dtype_for
+from posenc.errors import InvalidInput
+from posenc.pe import (
+    AbsoluteContext,
+    BiasContext,
+    MethodParams,
+    MethodSpec,
+    RotaryContext,
+    apply_rotary,
+    bias_dense,
+    bias_toeplitz,
+    encoding,
+    get_method,
+    rotary_frequencies,
+    rotary_tables,
+    xpos_scale,
+)
+from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from posenc.schemas.methods import Kind
+from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn, tensor_fields
+from posenc.tensors import positions_tensor, to_torch, torch_dtype
+from service.errors import validation_error
+from service.limits import JOBS_HINT
+from service.transport import BinaryTensors, OutputSpec, TensorResult
+
+ROTARY_TENSOR_FIELDS = frozenset({"q", "k", "positions"})
+ATTENTION_TENSOR_FIELDS = frozenset({"q", "k", "key_padding_mask"})
+Loc = tuple[str | int, ...]
+
+
+@dataclass
+class Prepared:
+    outputs: list[OutputSpec]
+    workspace_bytes: int  # intermediate tensors beyond the outputs (scores, copies in compute dtype)
+    input_elements: int
+    budget_hint: str  # how to get under the output budget
+    run: Callable[[], TensorResult]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(output.nbytes for output in self.outputs) + self.workspace_bytes
+
+    @property
+    def output_elements(self) -> int:
+        return sum(output.elements for output in self.outputs)
+
+
+# ------------------------------------------------------------------------------------------ method + params
+def resolve_method(name: str, *kinds: Kind) -> MethodSpec:
+    """The registered spec (unknown names raise UnknownMethodError, a 404); wrong kinds are a 422."""
+    spec = get_method(name)
+    if spec.kind not in kinds:
+        wanted = " or ".join(kind.value for kind in kinds)
+        raise InvalidInput(
+            ("body", "method"), f"{name!r} is a {spec.kind.value} method; this route takes {wanted}"
+        )
+    return spec
+
+
+def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:
+    """Validate ``params`` against the method's model; errors point at ``body.params.<field>``."""
+    try:
+        return spec.parse_params(raw)
+    except ValidationError as exc:
+        known = ", ".join(spec.params_model.model_fields) or "none"
+        errors = []
+        for error in exc.errors(include_url=False, include_input=False):
+            if error["type"] == "extra_forbidden":
+                error = {**error, "msg": f"unknown parameter for {spec.name} (known: {known})"}
+            errors.append(error)
+        raise validation_error(errors, ("body", "params")) from None
+
+
+def summarise(value: Any) -> Any:
+    """JSON-able params for meta: tensors are described (dtype, shape or the random spec), never echoed."""
+    if isinstance(value, RandomTensor):
+        return {"random": value.random.model_dump(mode="json")}
+    if isinstance(value, TensorData):
+        return {"dtype": value.dtype, "shape": list(value.shape)}
+    if isinstance(value, BaseModel):
+        return {name: summarise(getattr(value, name)) for name in type(value).model_fields}
+    if isinstance(value, list | tuple):
+        return [summarise(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): summarise(item) for key, item in value.items()}
+    return pydantic_core.to_jsonable_python(value)
+
+
+def method_meta(spec: MethodSpec, params: MethodParams, dtype: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "method": spec.name,
+        "kind": spec.kind.value,
+        "params": summarise(params),
+        "conventions": dict(spec.conventions),
+        "dtype": dtype,
+    }
+    if spec.learned:
+        if tensor_fields(params):
+            meta["parameters"] = "supplied"
+        else:
+            meta["parameters"] = "seeded"
+            meta["seed"] = getattr(params, "seed", None)
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------- tensors in
+def declared(value: TensorIn) -> tuple[str, list[int]]:
+    """(dtype, shape) a tensor field says it has, read without decoding it."""
+    if isinstance(value, RandomTensor):
+        return value.random.dtype, list(value.random.shape)
+    return value.dtype, list(value.shape)
+
+
+def _float_input(value: TensorIn, loc: Loc, rank: int, layout: str) -> tuple[str, list[int]]:
+    dtype, shape = declared(value)
+    if len(shape) != rank:
+        raise InvalidInput((*loc, "shape"), f"must be {rank}-D {layout}, got shape {shape}")
+    if not torch_dtype(dtype).is_floating_point:
+        raise InvalidInput((*loc, "dtype"), f"must be a floating-point tensor, got {dtype}")
+    return dtype, shape
+
+
+def _elements(values: Sequence[Any]) -> int:
+    total = 0
+    for value in values:
+        if isinstance(value, TensorData | RandomTensor):
+            total += value.num_elements
+        elif isinstance(value, list):
+            total += sum(len(row) if isinstance(row, list) else 1 for row in value)
+    return total
+
+
+def _input_elements(request: BaseModel, params: MethodParams, fields: Sequence[str]) -> int:
+    return _elements([getattr(request, name) for name in fields]) + _elements(tensor_fields(params))
+
+
+def _decode(value: TensorIn, name: str, binary: BinaryTensors | None) -> torch.Tensor:
+    """A float input tensor from the safetensors body if it carried one, else from the JSON field."""
+    loc: Loc = ("body", name)
+    if binary is not None and name in binary:
+        tensor = binary.get(name)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise InvalidInput(
+                (*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here"
+            )
+        return tensor
+    return to_torch(value, loc)
+
+
+def _decode_positions(value: TensorIn | list[int], binary: BinaryTensors | None) -> torch.Tensor:
+    loc: Loc = ("body", "positions")
+    if binary is not None and "positions" in binary:
+        tensor = binary.get("positions")
+        if tensor.is_floating_point():
+            if not bool((tensor == tensor.round()).all()):
+                raise InvalidInput(loc, "positions must be integers")
+            tensor = tensor.round()
+        return tensor.to(torch.int64)
+    return positions_tensor(value, loc)
+
+
+def _decode_mask(value: TensorIn | list[list[bool]], binary: BinaryTensors | None) -> torch.Tensor:
+    if binary is not None and "key_padding_mask" in binary:
+        tensor = binary.get("key_padding_mask")
+    elif isinstance(value, list):
+        if len({len(row) for row in value}) > 1:
+            raise InvalidInput(("body", "key_padding_mask"), "rows must all have length Nk")
+        tensor = torch.tensor(value, dtype=torch.bool)
+    else:
+        tensor = to_torch(value, ("body", "key_padding_mask"))
+    return tensor if tensor.dtype == torch.bool else tensor != 0
+
+
+def _mask_shape(value: TensorIn | list[list[bool]]) -> list[int]:
+    if isinstance(value, list):
+        return [len(value), len(value[0]) if value else 0]
+    return declared(value)[1]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---------------------------------------------------------------------------------------------------- bias
+def prepare_bias(request: BiasRequest) -> Prepared:
+    spec = resolve_method(request.method, Kind.BIAS)
+    params = parse_params(spec, request.params)
+    heads, q_len, k_len = request.num_heads, request.query_length, request.resolved_key_length
+    toeplitz = request.form == "toeplitz"
+    if toeplitz and not spec.toeplitz:
+        raise InvalidInput(
+            ("body", "form"),
+            f"{spec.name!r} does not depend on i - j alone, so it has no Toeplitz form; use 'dense'",
+        )
+    shape = (heads, q_len + k_len - 1) if toeplitz else (heads, q_len, k_len)
+    compute_dtype = torch.float64 if request.dtype == "float64" else torch.float32
+    table_bytes = heads * (q_len + k_len - 1) * ITEMSIZE[request.dtype]
+    hint = (
+        f"ask for form='toeplitz' (its (H, Nq + Nk - 1) table is {table_bytes} bytes), "
+        f"make the request smaller, " + JOBS_HINT
+        if spec.toeplitz and not toeplitz
+        else f"make the request smaller, {JOBS_HINT}"
+    )
+
+    def run() -> TensorResult:
+        ctx = BiasContext(
+            num_heads=heads, query_length=q_len, key_length=k_len, causal=request.causal, dtype=compute_dtype
+        )
+        bias = bias_toeplitz(spec, params, ctx) if toeplitz else bias_dense(spec, params, ctx)
+        meta = method_meta(spec, params, request.dtype) | {
+            "form": request.form,
+            "causal": request.causal,
+            "num_heads": heads,
+            "query_length": q_len,
+            "key_length": k_len,
+        }
+        if toeplitz:
+            meta["index"] = "B[h, i, j] = bias[h, i - j + key_length - 1]"
+        return TensorResult({"bias": bias.to(torch_dtype(request.dtype))}, meta)
+
+    return Prepared(
+        outputs=[OutputSpec("bias", shape, request.dtype)],
+        workspace_bytes=math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
+        input_elements=_elements(tensor_fields(params)),
+        budget_hint=hint,
+        run=run,
+    )
+
+
+# -------------------------------------------------------------------------------------------------- rotary
+def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) -> Prepared:
+    spec = resolve_method(request.method, Kind.ROTARY)
+    params = parse_params(spec, request.params)
+    q_dtype, q_shape = _float_input(request.q, ("body", "q"), 4, "(B, H, N, D)")
+    seq_len, head_dim = q_shape[2], q_shape[3]
+    rotary_dim = _rotary_dim(request.rotary_dim, head_dim)
+    out_dtype = request.dtype or q_dtype
+    compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
+
+    rotate_k = request.rotate == "both"
+    k_shape: list[int] | None = None
+    k_dtype = out_dtype
+    if request.k is None:
+        if rotate_k:
+            raise InvalidInput(("body", "k"), "k is required unless rotate='query'")
+    elif rotate_k:
+        k_dtype, k_shape = _float_input(request.k, ("body", "k"), 4, "(B, H, N, D)")
+        if (k_shape[2], k_shape[3]) != (seq_len, head_dim):
+            raise InvalidInput(
+                ("body", "k", "shape"),
+                f"k {k_shape} must have the N and D of q {q_shape}: both are rotated by the same positions",
+            )
+        k_dtype = out_dtype
+    else:
+        k_dtype, k_shape = declared(request.k)  # passed through unchanged
+
+    if request.positions is not None:
+        positions_len = (
+            len(request.positions)
+            if isinstance(request.positions, list)
+            else (declared(request.positions)[1] or [0])[0]
+        )
+        if positions_len != seq_len:
+            raise InvalidInput(("body", "positions"), f"has {positions_len} positions, but q has N={seq_len}")
+
+    table_dtype = _dtype_name(compute_dtype)
+    outputs = [OutputSpec("q", tuple(q_shape), out_dtype)]
+    if k_shape is not None:
+        outputs.append(OutputSpec("k", tuple(k_shape), k_dtype))
+    if request.return_tables:
+        outputs += [OutputSpec(name, (seq_len, rotary_dim // 2), table_dtype) for name in ("cos", "sin")]
+    rotated_elements = math.prod(q_shape) + (math.prod(k_shape) if k_shape is not None and rotate_k else 0)
+
+    def run() -> TensorResult:
+        q = _decode(request.q, "q", binary)
+        if request.positions is None:
+            positions = torch.arange(seq_len, dtype=torch.int64) + request.offset
+        else:
+            positions = _decode_positions(request.positions, binary)
+            if positions.shape[0] != seq_len:
+                raise InvalidInput(
+                    ("body", "positions"), f"has {positions.shape[0]} positions, q has N={seq_len}"
+                )
+        max_position = int(positions.max()) if positions.numel() else 0
+        ctx = RotaryContext(rotary_dim=rotary_dim, seq_len=max_position + 1, dtype=compute_dtype)
+        freqs = rotary_frequencies(spec, params, ctx)
+        cos, sin = rotary_tables(freqs, positions, compute_dtype)  # (N, rotary_dim/2) each
+        q_scale = xpos_scale(freqs, positions, compute_dtype)  # xPos: ζ^(n/λ) on queries, inverse on keys
+        # Rotate in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once.
+        tensors = {"q": _rotated(q, cos, sin, request.pairing, q_scale, out_dtype)}
+        if request.k is not None:
+            k = _decode(request.k, "k", binary)
+            if rotate_k:
+                k_scale = None if q_scale is None else 1.0 / q_scale
+                tensors["k"] = _rotated(k, cos, sin, request.pairing, k_scale, out_dtype)
+            else:
+                tensors["k"] = k
+        if request.return_tables:
+            tensors |= {"cos": cos, "sin": sin}
+        meta = method_meta(spec, params, out_dtype) | {
+            "pairing": request.pairing,
+            "rotate": request.rotate,
+            "rotary_dim": rotary_dim,
+            "positions": "given" if request.positions is not None else f"arange(N) + {request.offset}",
+            "attention_scale": freqs.attention_scale,
+            "tables_dtype": table_dtype,
+        }
+        return TensorResult(tensors, meta)
+
+    return Prepared(
+        outputs=outputs,
+        workspace_bytes=rotated_elements * ITEMSIZE[table_dtype],
+        input_elements=_input_elements(request, params, ("q", "k", "positions")),
+        budget_hint=f"make the request smaller, {JOBS_HINT}",
+        run=run,
+    )
+
+
+def _rotary_dim(requested: int | None, head_dim: int) -> int:
+    if requested is None:
+        if head_dim % 2:
+            raise InvalidInput(
+                ("body", "q", "shape"),
+                f"rotary methods rotate pairs of features, so the head dim D must be even; got D={head_dim} "
+                "(or set an even rotary_dim < D to rotate only the first features)",
+            )
+        return head_dim
+    if requested % 2:
+        raise InvalidInput(
+            ("body", "rotary_dim"), f"must be even (features are rotated in pairs), got {requested}"
+        )
+    if requested > head_dim:
+        raise InvalidInput(("body", "rotary_dim"), f"{requested} is larger than the head dim D={head_dim}")
+    return requested
+
+
+def _rotated(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pairing: Any,
+    scale: torch.Tensor | None,
+    out_dtype: str,
+) -> torch.Tensor:
+    return apply_rotary(x.to(cos.dtype), cos, sin, pairing=pairing, scale=scale).to(torch_dtype(out_dtype))
+
+
+# ----------------------------------------------------------------------------------------------- encodings
+def prepare_encoding(request: EncodingRequest) -> Prepared:
+    spec = resolve_method(request.method, Kind.ABSOLUTE)
+    params = parse_params(spec, request.params)
+    grid = (request.length,) if request.length is not None else tuple(request.grid or ())
+    shape = (*grid, request.dim)
+    compute_dtype = torch.float64 if request.dtype == "float64" else torch.float32
+
+    def run() -> TensorResult:
+        ctx = AbsoluteContext(grid=grid, dim=request.dim, dtype=compute_dtype)
+        table = encoding(spec, params, ctx)
+        meta = method_meta(spec, params, request.dtype) | {"grid": list(grid), "dim": request.dim}
+        return TensorResult({"encoding": table.to(torch_dtype(request.dtype))}, meta)
+
+    return Prepared(
+        outputs=[OutputSpec("encoding", shape, request.dtype)],
+        workspace_bytes=math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
+        input_elements=_elements(tensor_fields(params)),
+        budget_hint=f"make the request smaller, {JOBS_HINT}",
+        run=run,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- attention
+def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = None) -> Prepared:
+    spec = resolve_method(request.method, Kind.ABSOLUTE, Kind.BIAS, Kind.ROTARY)
+    params = parse_params(spec, request.params)
+    q_dtype, q_shape = _float_input(request.q, ("body", "q"), 4, "(B, H, Nq, D)")
+    _, k_shape = _float_input(request.k, ("body", "k"), 4, "(B, H, Nk, D)")
+    batch, heads, q_len, head_dim = q_shape
+    k_len = k_shape[2]
+    if (k_shape[0], k_shape[1], k_shape[3]) != (batch, heads, head_dim):
+        raise InvalidInput(("body", "k", "shape"), f"k {k_shape} must share B, H and D with q {q_shape}")
+    if spec.kind is Kind.ROTARY and head_dim % 2:
+        raise InvalidInput(
+            ("body", "q", "shape"),
+            f"rotary methods rotate pairs of features, so the head dim D must be even; got D={head_dim}",
+        )
+    if request.key_padding_mask is not None and _mask_shape(request.key_padding_mask) != [batch, k_len]:
+        raise InvalidInput(
+            ("body", "key_padding_mask"),
+            f"must be (B, Nk) = {[batch, k_len]}, got {_mask_shape(request.key_padding_mask)}",
+        )
+    out_dtype = request.dtype or q_dtype
+    compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
+    stats_dtype = _dtype_name(compute_dtype)
+    width = max(q_len, k_len)
+
+    outputs = [OutputSpec("weights", (batch, heads, q_len, k_len), out_dtype)]
+    if request.stats:
+        outputs += [
+            OutputSpec("entropy", (heads,), stats_dtype),
+            OutputSpec("mean_distance", (heads,), stats_dtype),
+            OutputSpec("mass_by_distance", (heads, width), stats_dtype),
+        ]
+    itemsize = ITEMSIZE[stats_dtype]
+    workspace_elements = 2 * batch * heads * q_len * k_len  # scores and weights in the compute dtype
+    workspace_elements += batch * heads * (q_len + k_len) * head_dim  # q and k in the compute dtype
+    if spec.kind is Kind.BIAS:
+        workspace_elements += heads * q_len * k_len
+    if request.stats:
+        workspace_elements += batch * heads * q_len * width  # per-row mass by distance
+
+    def run() -> TensorResult:
+        q = _decode(request.q, "q", binary)
+        k = _decode(request.k, "k", binary)
+        mask = None if request.key_padding_mask is None else _decode_mask(request.key_padding_mask, binary)
+        maps = attention_maps(
+            q,
+            k,
+            spec=spec,
+            params=params,
+            causal=request.causal,
+            key_padding_mask=mask,
+            scale=request.scale,
+            pairing=request.pairing,
+        )
+        tensors = {"weights": maps.weights.to(torch_dtype(out_dtype))}
+        if request.stats:
+            stats = attention_statistics(maps.weights, maps.fully_masked)
+            tensors |= {
+                "entropy": stats.entropy,
+                "mean_distance": stats.mean_distance,
+                "mass_by_distance": stats.mass_by_distance,
+            }
+        meta = method_meta(spec, params, out_dtype) | {
+            "causal": request.causal,
+            "scale": request.scale if request.scale is not None else 1.0 / math.sqrt(head_dim),
+            "pairing": request.pairing,
+            "fully_masked_rows": int(maps.fully_masked.sum()),
+            "stats_dtype": stats_dtype,
+            "stats": "per head, averaged over batch and over queries that attend to at least one key; "
+            "entropy in nats; distance |i - j| with 0-based query and key indices",
+        }
+        return TensorResult(tensors, meta)
+
+    return Prepared(
+        outputs=outputs,
+        workspace_bytes=workspace_elements * itemsize,
+        input_elements=_input_elements(request, params, ("q", "k", "key_padding_mask")),
+        budget_hint=f"make the request smaller (fewer heads, shorter sequences), {JOBS_HINT}",
+        run=run,
+    )

@@ -1,0 +1,170 @@
+"""One error shape everywhere: RFC 9457 problem details (``application/problem+json``).
+
+Every way a request can fail ends here: unknown routes and methods (404), wrong verbs (405), an Accept type
+we cannot produce (406), bodies and outputs over budget (413), validation by FastAPI, by a method's params
+model or by the math itself (422, with ``errors[].loc`` naming the field), missing keys (401), rate limits
+(429), a saturated compute pool (503) and bugs (500).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from posenc.errors import BudgetExceeded, InvalidInput
+from posenc.pe.registry import UnknownMethodError
+from posenc.schemas.errors import FieldError, Problem
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+logger = logging.getLogger(__name__)
+
+
+class ProblemError(Exception):
+    """Raised anywhere in the gateway to answer with a problem; the handler renders it."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        size: int | None = None,
+        limit: int | None = None,
+        errors: list[FieldError] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.size = size
+        self.limit = limit
+        self.errors = errors
+
+
+def problem_response(
+    request: Request,
+    status: int,
+    detail: str | None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    size: int | None = None,
+    limit: int | None = None,
+    errors: list[FieldError] | None = None,
+) -> Response:
+    problem = Problem(
+        title=_title(status),
+        status=status,
+        detail=detail,
+        instance=request.url.path,
+        errors=errors,
+        size=size,
+        limit=limit,
+    )
+    return Response(
+        content=problem.model_dump_json(exclude_none=True),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=dict(headers or {}),
+    )
+
+
+def field_errors(raw: Iterable[Mapping[str, Any]]) -> list[FieldError]:
+    """Pydantic/FastAPI error dicts to wire field errors; the offending input is never echoed back."""
+    return [
+        FieldError(
+            loc=[part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
+            msg=str(error.get("msg", "")),
+            type=str(error.get("type", "value_error")),
+        )
+        for error in raw
+    ]
+
+
+def validation_error(
+    errors: Iterable[Mapping[str, Any]], prefix: Sequence[str | int] = ()
+) -> RequestValidationError:
+    """A 422 for errors found outside FastAPI's own parsing (params models, binary bodies), locs prefixed."""
+    return RequestValidationError([{**error, "loc": (*prefix, *error.get("loc", ()))} for error in errors])
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ProblemError, _problem_error)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(InvalidInput, _invalid_input)
+    app.add_exception_handler(BudgetExceeded, _budget_exceeded)
+    app.add_exception_handler(UnknownMethodError, _unknown_method)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+async def _problem_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProblemError)
+    return problem_response(
+        request,
+        exc.status,
+        exc.detail,
+        headers=exc.headers,
+        size=exc.size,
+        limit=exc.limit,
+        errors=exc.errors,
+    )
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route {request.method} {request.url.path}; see /docs"
+    elif exc.status_code == 413:  # a chunked body that grew past the cap while being read
+        limit = request.app.state.settings.max_body_bytes
+        return problem_response(
+            request,
+            413,
+            f"the request body is over the limit of {limit} bytes; send large tensors as "
+            "application/vnd.safetensors, generate them on the server with {'random': {'shape', 'seed'}}, "
+            "or run the work as a job (POST /v1/jobs)",
+            limit=limit,
+        )
+    return problem_response(request, exc.status_code, detail, headers=exc.headers)
+
+
+async def _request_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = field_errors(exc.errors())
+    summary = "; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in errors[:5])
+    return problem_response(request, 422, summary or "invalid request", errors=errors)
+
+
+async def _invalid_input(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, InvalidInput)
+    error = FieldError(loc=list(exc.loc), msg=exc.msg, type="invalid_input")
+    return problem_response(request, 422, str(exc), errors=[error])
+
+
+async def _budget_exceeded(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BudgetExceeded)
+    return problem_response(request, 413, str(exc), size=exc.size, limit=exc.limit)
+
+
+async def _unknown_method(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, UnknownMethodError)
+    return problem_response(request, 404, str(exc))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(request, 500, "internal error; the server log has the details")

@@ -1,0 +1,124 @@
+"""The gateway's app factory. The ASGI app is ``service.main:app``; tests build their own with
+``create_app(settings=Settings(...))``.
+
+Layers, outermost first: CORS (only when origins are configured), metrics, the body-size cap, the
+problem-details handlers, then the routers. Everything under /v1 sits behind the API key check and
+rate limit; /healthz, /readyz, /metrics and the docs do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+from posenc import __version__
+from posenc.schemas.compute import AttentionRequest, RotaryRequest
+from posenc.settings import Settings, get_settings
+from service.errors import PROBLEM_MEDIA_TYPE, install_error_handlers
+from service.limits import BodySizeLimit, ComputeSlots, RateLimiter, authenticate
+from service.metrics import Metrics, MetricsMiddleware
+from service.routers import compute, health, jobs, methods
+
+EXPOSED_HEADERS = [
+    "X-Tensor-Shape",
+    "X-Tensor-Dtype",
+    "X-Posenc-Meta",
+    "X-Posenc-Tensors",
+    "X-Posenc-Tensor",
+    "Location",
+    "Retry-After",
+]
+# Models whose routes read the body themselves (JSON or safetensors) and so are not collected by FastAPI.
+_SELF_PARSED_BODIES = (RotaryRequest, AttentionRequest)
+
+
+def operation_id(route: APIRoute) -> str:
+    """Stable ids for generated clients: '<tag>-<route name>', e.g. 'compute-bias'."""
+    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings if settings is not None else get_settings()
+    metrics = Metrics(compute_capacity=settings.compute_concurrency)
+    rate_limiter = RateLimiter(settings.rate_limit_per_minute, settings.redis_url)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await rate_limiter.close()
+
+    app = FastAPI(
+        title="posenc",
+        version=__version__,
+        summary="Compute and evaluate transformer positional encodings",
+        description="Tensors come back as JSON (small), raw bytes, safetensors or .npy, chosen by Accept. "
+        "Errors are application/problem+json.",
+        lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.rate_limiter = rate_limiter
+    app.state.compute_slots = ComputeSlots(settings.compute_concurrency, settings.compute_wait_s, metrics)
+
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["X-API-Key", "Idempotency-Key", "Content-Type", "Accept"],
+            expose_headers=EXPOSED_HEADERS,
+        )
+
+    guarded = [Depends(authenticate)]
+    app.include_router(health.router)
+    app.include_router(jobs.readiness_router)
+    app.include_router(methods.router, dependencies=guarded)
+    app.include_router(compute.router, dependencies=guarded)
+    app.include_router(jobs.router, dependencies=guarded)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema plus the self-parsed request models, with errors typed application/problem+json."""
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        openapi_version=app.openapi_version,
+        summary=app.summary,
+        description=app.description,
+        routes=app.routes,
+        separate_input_output_schemas=app.separate_input_output_schemas,
+    )
+    components: dict[str, Any] = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in _SELF_PARSED_BODIES:
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in model_schema.pop("$defs", {}).items():
+            components.setdefault(name, definition)
+        components.setdefault(model.__name__, model_schema)
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if status[:1] in "45" and "application/json" in content:
+                    content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+    return schema
+
+
+app = create_app()

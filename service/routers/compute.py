@@ -1,0 +1,150 @@
+"""Compute routes: bias matrices, rotated q/k, absolute encodings and attention maps.
+
+Every route is a plain ``def`` (FastAPI runs it in the threadpool, so torch never blocks the event loop)
+and follows the same steps: prepare (validate, size everything, allocate nothing), check the budgets and
+what the Accept type can carry, then compute and encode inside a compute slot.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from service.compute import (
+    ATTENTION_TENSOR_FIELDS,
+    ROTARY_TENSOR_FIELDS,
+    Prepared,
+    prepare_attention,
+    prepare_bias,
+    prepare_encoding,
+    prepare_rotary,
+)
+from service.deps import MediaTypeDep, SettingsDep, SlotsDep, TensorNameDep
+from service.errors import ProblemError
+from service.limits import check_input_budget, check_json_budget, check_output_budget
+from service.transport import (
+    JSON,
+    SAFETENSORS,
+    ParsedRequest,
+    binary_request_body,
+    check_deliverable,
+    parse_json_request,
+    parse_safetensors_request,
+    render,
+    tensor_responses,
+)
+
+router = APIRouter(prefix="/v1", tags=["compute"])
+_BINARY_BODY_TYPES = (SAFETENSORS, "application/x-safetensors")
+
+
+def _respond(
+    prepared: Prepared, media_type: str, tensor: str | None, settings: SettingsDep, slots: SlotsDep
+) -> Response:
+    check_input_budget(prepared.input_elements, settings)
+    check_output_budget(prepared.total_bytes, settings, prepared.budget_hint)
+    if media_type == JSON:
+        check_json_budget(prepared.output_elements, settings)
+    check_deliverable(prepared.outputs, media_type, tensor)
+    with slots.hold():
+        return render(prepared.run(), media_type, tensor)
+
+
+async def rotary_body(request: Request) -> ParsedRequest[RotaryRequest]:
+    """JSON (RotaryRequest) or a safetensors file whose tensors stand in for q, k, positions."""
+    body = await request.body()
+    if _content_type(request) in _BINARY_BODY_TYPES:
+        return parse_safetensors_request(body, RotaryRequest, ROTARY_TENSOR_FIELDS)
+    _require_json(request)
+    return parse_json_request(body, RotaryRequest)
+
+
+async def attention_body(request: Request) -> ParsedRequest[AttentionRequest]:
+    """JSON (AttentionRequest) or a safetensors file whose tensors stand in for q, k, key_padding_mask."""
+    body = await request.body()
+    if _content_type(request) in _BINARY_BODY_TYPES:
+        return parse_safetensors_request(body, AttentionRequest, ATTENTION_TENSOR_FIELDS)
+    _require_json(request)
+    return parse_json_request(body, AttentionRequest)
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _require_json(request: Request) -> None:
+    content_type = _content_type(request)
+    if content_type and content_type != JSON and not content_type.endswith("+json"):
+        raise ProblemError(415, f"send {JSON} or {SAFETENSORS}, not {content_type!r}")
+
+
+@router.post(
+    "/bias",
+    name="bias",
+    summary="Bias matrix B (H, Nq, Nk) of a bias method, or its Toeplitz table (H, Nq + Nk - 1)",
+    response_class=Response,
+    responses=tensor_responses("tensor `bias`"),
+)
+def compute_bias(
+    body: BiasRequest, media_type: MediaTypeDep, tensor: TensorNameDep, settings: SettingsDep, slots: SlotsDep
+) -> Response:
+    return _respond(prepare_bias(body), media_type, tensor, settings, slots)
+
+
+@router.post(
+    "/rotary",
+    name="rotary",
+    summary="Rotate q (and k) of shape (B, H, N, D) by their positions with a rotary method",
+    response_class=Response,
+    responses=tensor_responses("tensors `q`, `k` (and `cos`, `sin` with return_tables)"),
+    openapi_extra=binary_request_body(RotaryRequest, sorted(ROTARY_TENSOR_FIELDS)),
+)
+def compute_rotary(
+    parsed: Annotated[ParsedRequest[RotaryRequest], Depends(rotary_body)],
+    media_type: MediaTypeDep,
+    tensor: TensorNameDep,
+    settings: SettingsDep,
+    slots: SlotsDep,
+) -> Response:
+    return _respond(prepare_rotary(parsed.request, parsed.binary), media_type, tensor, settings, slots)
+
+
+@router.post(
+    "/encodings",
+    name="encodings",
+    summary="Absolute encoding P (length, dim) or (*grid, dim) of an absolute method",
+    response_class=Response,
+    responses=tensor_responses("tensor `encoding`"),
+)
+def compute_encoding(
+    body: EncodingRequest,
+    media_type: MediaTypeDep,
+    tensor: TensorNameDep,
+    settings: SettingsDep,
+    slots: SlotsDep,
+) -> Response:
+    return _respond(prepare_encoding(body), media_type, tensor, settings, slots)
+
+
+@router.post(
+    "/attention",
+    name="attention",
+    summary="Post-softmax attention weights (B, H, Nq, Nk) with the method applied by its kind",
+    response_class=Response,
+    responses=tensor_responses(
+        "tensor `weights`; with stats also `entropy` (H,), `mean_distance` (H,) and "
+        "`mass_by_distance` (H, max(Nq, Nk))"
+    ),
+    openapi_extra=binary_request_body(AttentionRequest, sorted(ATTENTION_TENSOR_FIELDS)),
+)
+def compute_attention(
+    parsed: Annotated[ParsedRequest[AttentionRequest], Depends(attention_body)],
+    media_type: MediaTypeDep,
+    tensor: TensorNameDep,
+    settings: SettingsDep,
+    slots: SlotsDep,
+) -> Response:
+    return _respond(prepare_attention(parsed.request, parsed.binary), media_type, tensor, settings, slots)

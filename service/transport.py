@@ -1,0 +1,333 @@
+"""Tensors on the wire: content negotiation, response encoders, and safetensors request bodies.
+
+Responses by ``Accept`` (``Vary: Accept`` on all of them):
+    application/json            TensorResponse; non-finite values as "nan", "inf", "-inf"; small outputs only
+    application/octet-stream    one tensor, raw little-endian C-order bytes; X-Tensor-Dtype, X-Tensor-Shape
+    application/vnd.safetensors every tensor; meta in the safetensors metadata, one JSON string per key
+    application/x-npy           one tensor as a .npy file (no bfloat16: numpy has no such dtype)
+A missing Accept, ``*/*`` and ``application/*`` mean JSON; anything else is a 406.
+
+Requests to ``/v1/rotary`` and ``/v1/attention`` may instead be a safetensors file
+(Content-Type application/vnd.safetensors): ``__metadata__["request"]`` holds the JSON request and tensors
+named like the request's tensor fields (q, k, positions, key_padding_mask) stand in for those fields.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import safetensors.torch
+import torch
+from pydantic import BaseModel, ValidationError
+from starlette.responses import Response
+
+from posenc.errors import InvalidInput
+from posenc.schemas.errors import Problem
+from posenc.schemas.tensors import ITEMSIZE, TensorResponse
+from posenc.tensors import dtype_name, le_bytes, to_wire
+from service.errors import ProblemError, validation_error
+
+JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+SAFETENSORS = "application/vnd.safetensors"
+NPY = "application/x-npy"
+TENSOR_MEDIA_TYPES = (JSON, OCTET_STREAM, SAFETENSORS, NPY)
+SINGLE_TENSOR_TYPES = (OCTET_STREAM, NPY)
+_ALIASES = {"application/x-safetensors": SAFETENSORS, "*/*": JSON, "application/*": JSON}
+
+# safetensors header dtype codes <-> our dtype names (the ones a request may carry)
+_SAFETENSORS_DTYPES = {
+    "F32": "float32",
+    "F64": "float64",
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "I64": "int64",
+    "I32": "int32",
+    "BOOL": "bool",
+}
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the format's own cap
+
+
+# --------------------------------------------------------------------------------------------- negotiation
+def negotiate(accept: str | None) -> str:
+    """Pick the response type from an Accept header (q-values honoured, order breaks ties)."""
+    if accept is None or not accept.strip():
+        return JSON
+    candidates: list[tuple[float, int, str]] = []
+    for position, part in enumerate(accept.split(",")):
+        media, *parameters = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if media and quality > 0:
+            candidates.append((-quality, position, media.lower()))
+    for _, _, media in sorted(candidates):
+        resolved = _ALIASES.get(media, media)
+        if resolved in TENSOR_MEDIA_TYPES:
+            return resolved
+    raise ProblemError(
+        406,
+        f"cannot produce {accept!r}; this route answers with one of {', '.join(TENSOR_MEDIA_TYPES)}",
+    )
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class OutputSpec:
+    """A tensor a request will produce, known before anything is computed."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * ITEMSIZE[self.dtype]
+
+
+@dataclass
+class TensorResult:
+    tensors: dict[str, torch.Tensor]  # in response order; the first is the default single tensor
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def chosen_tensor(outputs: Sequence[OutputSpec], requested: str | None) -> OutputSpec:
+    if requested is None:
+        return outputs[0]
+    for output in outputs:
+        if output.name == requested:
+            return output
+    names = ", ".join(output.name for output in outputs)
+    raise InvalidInput(("query", "tensor"), f"this response has no tensor {requested!r}; it has {names}")
+
+
+def check_deliverable(outputs: Sequence[OutputSpec], media_type: str, requested: str | None) -> None:
+    """Refuse, before computing, what the chosen media type cannot carry."""
+    single = chosen_tensor(outputs, requested)
+    if media_type == NPY and single.dtype == "bfloat16":
+        raise ProblemError(
+            406,
+            f"application/x-npy cannot carry {single.name!r}: numpy has no bfloat16; ask for "
+            "application/octet-stream or application/vnd.safetensors, or request dtype float32",
+        )
+
+
+def render(result: TensorResult, media_type: str, requested: str | None = None) -> Response:
+    names = list(result.tensors)
+    common = {"Vary": "Accept", "X-Posenc-Tensors": ",".join(names)}
+    if media_type == JSON:
+        body = TensorResponse.model_construct(
+            tensors={name: to_wire(tensor) for name, tensor in result.tensors.items()}, meta=result.meta
+        ).model_dump_json()
+        return Response(content=body, media_type=JSON, headers=common)
+
+    meta_header = json.dumps(result.meta, separators=(",", ":"), ensure_ascii=True, default=str)
+    if media_type == SAFETENSORS:
+        metadata = {key: json.dumps(value, default=str) for key, value in result.meta.items()}
+        payload = safetensors.torch.save(
+            {name: tensor.detach().to("cpu").contiguous() for name, tensor in result.tensors.items()},
+            metadata=metadata,
+        )
+        return Response(
+            content=payload, media_type=SAFETENSORS, headers={**common, "X-Posenc-Meta": meta_header}
+        )
+
+    name = requested if requested is not None else names[0]
+    tensor = result.tensors[name].detach().to("cpu").contiguous()
+    headers = {
+        **common,
+        "X-Posenc-Meta": meta_header,
+        "X-Posenc-Tensor": name,
+        "X-Tensor-Dtype": dtype_name(tensor.dtype),
+        "X-Tensor-Shape": ",".join(str(size) for size in tensor.shape),
+    }
+    if media_type == NPY:
+        buffer = io.BytesIO()
+        np.save(buffer, tensor.numpy(), allow_pickle=False)
+        return Response(content=buffer.getbuffer(), media_type=NPY, headers=headers)
+    return Response(content=raw_bytes(tensor), media_type=OCTET_STREAM, headers=headers)
+
+
+def raw_bytes(tensor: torch.Tensor) -> memoryview | bytes:
+    """Little-endian C-order bytes; on little-endian hosts a view of the tensor's memory (no copy)."""
+    if sys.byteorder != "little":
+        return le_bytes(tensor)
+    cpu = tensor.detach().to("cpu").contiguous()
+    if cpu.dtype == torch.bfloat16:
+        cpu = cpu.view(torch.int16)  # numpy has no bfloat16; the 2-byte pattern is what goes on the wire
+    array: Any = cpu.numpy().reshape(-1)  # numpy's stubs do not declare the buffer protocol
+    return memoryview(array).cast("B")
+
+
+# ------------------------------------------------------------------------------- safetensors request body
+M = TypeVar("M", bound=BaseModel)
+
+
+class BinaryTensors:
+    """Tensors of a safetensors request body, decoded on first use (after the size checks)."""
+
+    def __init__(self, body: bytes, declared: Mapping[str, tuple[str, list[int]]]) -> None:
+        self._body = body
+        self.declared = dict(declared)  # name -> (dtype, shape) from the header
+        self._decoded: dict[str, torch.Tensor] | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.declared
+
+    def get(self, name: str) -> torch.Tensor:
+        if self._decoded is None:
+            try:
+                self._decoded = safetensors.torch.load(self._body)
+            except Exception as exc:  # the library raises its own SafetensorError on corrupt data
+                raise InvalidInput(("body",), f"not a readable safetensors file: {exc}") from None
+        return self._decoded[name]
+
+
+@dataclass
+class ParsedRequest(Generic[M]):
+    request: M
+    binary: BinaryTensors | None = None
+
+
+def parse_json_request(body: bytes, model: type[M]) -> ParsedRequest[M]:
+    try:
+        return ParsedRequest(model.model_validate_json(body))
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False, include_input=False), ("body",)) from None
+
+
+def parse_safetensors_request(body: bytes, model: type[M], tensor_names: frozenset[str]) -> ParsedRequest[M]:
+    """Read the header only; tensors become placeholders with their declared dtype and shape.
+
+    The placeholders let the request model validate and the size budgets run on the declared shapes
+    before a single tensor byte is decoded.
+    """
+    header = _safetensors_header(body)
+    metadata = header.pop("__metadata__", None) or {}
+    raw_request = metadata.get("request", "{}") if isinstance(metadata, dict) else "{}"
+    try:
+        fields = json.loads(raw_request)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(("body", "__metadata__", "request"), f"not valid JSON: {exc.msg}") from None
+    if not isinstance(fields, dict):
+        raise InvalidInput(("body", "__metadata__", "request"), "must be a JSON object")
+
+    declared: dict[str, tuple[str, list[int]]] = {}
+    for name, info in header.items():
+        if name not in tensor_names:
+            raise InvalidInput(
+                ("body", name),
+                f"unexpected tensor {name!r}; this route takes {', '.join(sorted(tensor_names))}",
+            )
+        if name in fields:
+            raise InvalidInput(("body", name), "given both in the request JSON and as a safetensors tensor")
+        dtype = _SAFETENSORS_DTYPES.get(str(info.get("dtype")))
+        if dtype is None:
+            raise InvalidInput(
+                ("body", name, "dtype"),
+                f"unsupported safetensors dtype {info.get('dtype')!r}; "
+                f"use one of {', '.join(_SAFETENSORS_DTYPES)}",
+            )
+        shape = [int(size) for size in info.get("shape", [])]
+        declared[name] = (dtype, shape)
+        fields[name] = {"dtype": dtype, "shape": shape, "base64": ""}  # placeholder, never decoded
+    try:
+        request = model.model_validate(fields)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False, include_input=False), ("body",)) from None
+    return ParsedRequest(request, BinaryTensors(body, declared))
+
+
+def _safetensors_header(body: bytes) -> dict[str, Any]:
+    if len(body) < 8:
+        raise InvalidInput(("body",), "a safetensors body starts with an 8-byte header length")
+    length = int.from_bytes(body[:8], "little")
+    if length > _MAX_SAFETENSORS_HEADER or 8 + length > len(body):
+        raise InvalidInput(
+            ("body",), f"safetensors header length {length} does not fit the {len(body)}-byte body"
+        )
+    try:
+        header = json.loads(body[8 : 8 + length])
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(("body",), f"safetensors header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise InvalidInput(("body",), "safetensors header must be a JSON object")
+    return header
+
+
+# ------------------------------------------------------------------------------------------------ OpenAPI
+BINARY_SCHEMA = {"type": "string", "format": "binary"}
+TENSOR_HEADERS = {
+    "Vary": {"description": "always Accept", "schema": {"type": "string"}},
+    "X-Posenc-Tensors": {
+        "description": "comma-separated names of the tensors computed",
+        "schema": {"type": "string"},
+    },
+    "X-Tensor-Dtype": {
+        "description": "octet-stream and x-npy: dtype of the tensor",
+        "schema": {"type": "string"},
+    },
+    "X-Tensor-Shape": {
+        "description": "octet-stream and x-npy: comma-separated shape",
+        "schema": {"type": "string"},
+    },
+    "X-Posenc-Meta": {"description": "binary types: the meta object as JSON", "schema": {"type": "string"}},
+}
+
+
+def tensor_responses(description: str) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a tensor route: every media type it answers with, and its problem statuses."""
+    problem: dict[str, Any] = {"model": Problem}
+    return {
+        200: {
+            "model": TensorResponse,
+            "description": description,
+            "headers": TENSOR_HEADERS,
+            "content": {
+                OCTET_STREAM: {"schema": BINARY_SCHEMA},
+                SAFETENSORS: {"schema": BINARY_SCHEMA},
+                NPY: {"schema": BINARY_SCHEMA},
+            },
+        },
+        401: {**problem, "description": "missing or invalid X-API-Key"},
+        404: {**problem, "description": "unknown method"},
+        406: {**problem, "description": "the Accept type cannot be produced"},
+        413: {**problem, "description": "input, output or body over budget; size and limit say by how much"},
+        422: {**problem, "description": "a field is invalid; errors[].loc names it"},
+        429: {**problem, "description": "rate limited; see Retry-After"},
+        503: {**problem, "description": "compute slots busy; see Retry-After"},
+    }
+
+
+def binary_request_body(model: type[BaseModel], tensor_names: Sequence[str]) -> dict[str, Any]:
+    """``openapi_extra`` for routes that read the body themselves (JSON or safetensors)."""
+    names = ", ".join(tensor_names)
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                JSON: {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}},
+                SAFETENSORS: {
+                    "schema": BINARY_SCHEMA,
+                    "description": "a safetensors file: __metadata__['request'] holds the JSON request "
+                    f"(without its tensors); tensors named {names} stand in for those fields",
+                },
+            },
+        }
+    }

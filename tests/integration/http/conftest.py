@@ -1,0 +1,158 @@
+"""HTTP tests run the real app (``create_app``) in process through Starlette's TestClient.
+
+Each test that needs a different configuration builds its own app with ``make_client(**settings)``;
+nothing of the server is mocked. ``wire`` decodes responses the way a client would.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+from starlette.testclient import TestClient
+
+from posenc.settings import Settings
+from service.main import create_app
+
+MakeClient = Callable[..., TestClient]
+_TORCH = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "bool": torch.bool,
+}
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def isolated_settings(**overrides: Any) -> Settings:
+    """Settings from explicit values only (never the developer's POSENC_* environment)."""
+    defaults: dict[str, Any] = {
+        "redis_url": None,
+        "api_keys": [],
+        "rate_limit_per_minute": None,
+        "cors_origins": [],
+    }
+    return Settings(**(defaults | overrides))
+
+
+@pytest.fixture
+def make_client() -> Iterator[MakeClient]:
+    with ExitStack() as stack:
+
+        def build(**overrides: Any) -> TestClient:
+            app = create_app(settings=isolated_settings(**overrides))
+            return stack.enter_context(TestClient(app, raise_server_exceptions=False))
+
+        yield build
+
+
+@pytest.fixture
+def client(make_client: MakeClient) -> TestClient:
+    return make_client()
+
+
+class Wire:
+    """Client-side decoding of every response type, written independently of the server's encoders."""
+
+    @staticmethod
+    def json_tensor(item: dict[str, Any]) -> torch.Tensor:
+        values = [_NON_FINITE[v] if isinstance(v, str) else v for v in item["data"]]
+        dtype = _TORCH[item["dtype"]]
+        wide = torch.float64 if dtype.is_floating_point else dtype
+        return torch.tensor(values, dtype=wide).to(dtype).reshape(item["shape"])
+
+    @staticmethod
+    def octet_stream(response: httpx.Response) -> torch.Tensor:
+        dtype = _TORCH[response.headers["x-tensor-dtype"]]
+        shape = [int(s) for s in response.headers["x-tensor-shape"].split(",")]
+        buffer = bytearray(response.content)
+        if dtype == torch.bfloat16:
+            return torch.frombuffer(buffer, dtype=torch.int16).view(torch.bfloat16).reshape(shape)
+        return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+    @staticmethod
+    def npy(response: httpx.Response) -> np.ndarray[Any, Any]:
+        return np.load(io.BytesIO(response.content), allow_pickle=False)
+
+    @staticmethod
+    def safetensors(response: httpx.Response) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors = safetensors.torch.load(response.content)
+        header_length = int.from_bytes(response.content[:8], "little")
+        header = json.loads(response.content[8 : 8 + header_length])
+        metadata = {key: json.loads(value) for key, value in header.get("__metadata__", {}).items()}
+        return tensors, metadata
+
+    @staticmethod
+    def problem(response: httpx.Response, status: int) -> dict[str, Any]:
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        body: dict[str, Any] = response.json()
+        assert body["status"] == status
+        assert body["title"]
+        return body
+
+    @staticmethod
+    def locs(problem: dict[str, Any]) -> list[list[Any]]:
+        return [error["loc"] for error in problem.get("errors") or []]
+
+
+@pytest.fixture
+def wire() -> type[Wire]:
+    return Wire
+
+
+def _example_params(name: str, rotary_dim: int = 8) -> dict[str, Any]:
+    """Values for the params a method requires (everything else keeps the paper's defaults).
+
+    Seq lengths in the tests are a few tokens, so the "original" context is set small enough for the
+    scaled methods to actually scale.
+    """
+    half = rotary_dim // 2
+    required: dict[str, dict[str, Any]] = {
+        "rope_linear": {"factor": 2.0},
+        "rope_ntk": {"factor": 2.0},
+        "rope_dynamic_ntk": {"factor": 2.0, "original_max_position_embeddings": 4},
+        "rope_yarn": {"factor": 4.0, "original_max_position_embeddings": 4},
+        "rope_longrope": {
+            "short_factor": [1.0 + 0.5 * i for i in range(half)],
+            "long_factor": [2.0 + i for i in range(half)],
+            "original_max_position_embeddings": 4,
+            "max_position_embeddings": 16,
+        },
+    }
+    return required.get(name, {})
+
+
+@pytest.fixture
+def example_params() -> Callable[..., dict[str, Any]]:
+    return _example_params
+
+
+def inline_tensor(tensor: torch.Tensor) -> dict[str, Any]:
+    """A TensorData field carrying ``tensor`` as base64 little-endian bytes (bfloat16 as its bit pattern)."""
+    import base64
+
+    name = str(tensor.dtype).removeprefix("torch.")
+    raw = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
+    return {
+        "dtype": name,
+        "shape": list(tensor.shape),
+        "base64": base64.b64encode(raw.numpy().tobytes()).decode(),
+    }
+
+
+@pytest.fixture
+def inline() -> Callable[[torch.Tensor], dict[str, Any]]:
+    return inline_tensor

@@ -1,0 +1,47 @@
+"""GET /v1/methods and /v1/methods/{name}: the catalogue as the registry has it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from posenc.pe import MethodSpec, list_methods
+from posenc.schemas.methods import Kind, MethodInfo
+
+
+def test_lists_every_registered_method(client: TestClient) -> None:
+    response = client.get("/v1/methods")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["count"] == len(body["data"]) == len(list_methods())
+    assert [item["name"] for item in body["data"]] == [spec.name for spec in list_methods()]
+    for item in body["data"]:
+        MethodInfo.model_validate(item)
+        assert item["params_schema"]["type"] == "object"
+
+
+@pytest.mark.parametrize("kind", [Kind.ABSOLUTE, Kind.BIAS, Kind.ROTARY])
+def test_filters_by_kind(client: TestClient, kind: Kind) -> None:
+    body = client.get("/v1/methods", params={"kind": kind.value}).json()
+    assert {item["name"] for item in body["data"]} == {spec.name for spec in list_methods(kind)}
+    assert all(item["kind"] == kind.value for item in body["data"])
+    assert body["count"] >= 1
+
+
+@pytest.mark.parametrize("spec", list_methods(), ids=lambda spec: spec.name)
+def test_retrieves_each_method_with_defaults(client: TestClient, spec: MethodSpec) -> None:
+    response = client.get(f"/v1/methods/{spec.name}")
+    assert response.status_code == 200
+    assert response.json() == spec.info().model_dump(mode="json")
+
+
+def test_unknown_method_is_404(client: TestClient, wire: Any) -> None:
+    problem = wire.problem(client.get("/v1/methods/no_such_method"), 404)
+    assert "no_such_method" in problem["detail"]
+
+
+def test_unknown_kind_is_422(client: TestClient, wire: Any) -> None:
+    problem = wire.problem(client.get("/v1/methods", params={"kind": "banana"}), 422)
+    assert ["query", "kind"] in wire.locs(problem)
