@@ -132,7 +132,7 @@ def _mlp_weights(params: FireParams, ctx: BiasContext) -> dict[str, torch.Tensor
 def _mlp(inputs: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
     """Linear(1, width) → ReLU → Linear(width, H) on scalar inputs: (M,) -> (M, H)."""
     hidden = torch.relu(inputs[:, None] * weights["mlp_w1"][:, 0][None, :] + weights["mlp_b1"])  # (M, width)
-    return hidden @ weights["mlp_w2"].T + weights["mlp_b2"]  # (M, H)
+    return torch.addmm(weights["mlp_b2"], hidden, weights["mlp_w2"].T)  # (M, H): b2 + hidden·W2ᵀ
 
 
 def fire_learned_init(params: FireParams, ctx: BiasContext) -> dict[str, torch.Tensor]:
@@ -161,7 +161,7 @@ def fire(params: FireParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Bias
     MLP = Linear(1, width) → ReLU → Linear(width, H); its input is ``fire_normalized_distance``. The MLP
     maps a scalar to H values, so it runs once per distinct input (at most Nq + Nk − 1 of them while
     i <= thr), in chunks, and the result is gathered back instead of running on all Nq·Nk pairs. Inputs and
-    MLP run in float64 and are rounded once, so a value never depends on where it sits in the tensor
+    MLP run in float64 and are rounded at the end, so a value never depends on where it sits in the tensor
     (vectorised and scalar float32 kernels can differ in the last bit).
     """
     threshold = (torch.as_tensor(params.L_mult, dtype=torch.float64) * params.L_init).abs()
@@ -171,4 +171,5 @@ def fire(params: FireParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Bias
     distinct, index = torch.unique(inputs, return_inverse=True)  # (M,), (Nq, Nk)
     weights = _mlp_weights(params, ctx)
     per_input = torch.cat([_mlp(chunk, weights) for chunk in distinct.split(MLP_CHUNK)])  # (M, H)
-    return per_input.to(compute_dtype(ctx.dtype)).T[:, index].to(ctx.dtype)  # (H, Nq, Nk)
+    per_head = per_input.to(compute_dtype(ctx.dtype)).T.contiguous()  # (H, M): rows contiguous for the gather
+    return per_head[:, index].to(ctx.dtype)  # (H, Nq, Nk)

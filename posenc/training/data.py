@@ -17,7 +17,7 @@ Synthetic tasks (``TaskSpec``): one token per symbol, ``BOS prompt SEP target EO
 with x drawn uniformly from a 20-letter alphabet and a, b uniform n-digit numbers (0 allowed when n = 1),
 the sum written most significant digit first. Training draws n ~ U(1..n_train) per example, where
 n_train is the largest size whose longest sequence fits the training length L (``max_task_size``);
-evaluation sizes are ``spec.eval.lengths`` read as task sizes, defaulting to [n_train, 2 n_train, 4 n_train, 8 n_train].
+evaluation sizes are ``spec.eval.lengths`` read as task sizes, default [n, 2n, 4n, 8n] with n = n_train.
 """
 
 from __future__ import annotations

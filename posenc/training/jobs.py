@@ -43,9 +43,9 @@ from posenc.pe import (
 from posenc.schemas.jobs import JobKind, JobSpec, MethodRef
 from posenc.schemas.methods import Kind
 from posenc.training.data import (
+    TaskName,
     char_corpus,
     load_corpus_text,
-    TaskName,
     max_task_size,
     task_sequence_length,
     task_train_batch,

@@ -152,14 +152,15 @@ def start_worker(job_env: dict[str, str], tmp_path: Path, store: JobStore) -> It
 
     def start() -> Worker:
         log = tmp_path / f"worker-{len(started)}.log"
-        process = subprocess.Popen(
-            [PYTHON, "-m", "posenc.cli", "worker", "--queues", "cpu", "--concurrency", "1"],
-            cwd=REPO,
-            env=job_env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with log.open("wb") as out:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [PYTHON, "-m", "posenc.cli", "worker", "--queues", "cpu", "--concurrency", "1"],
+                cwd=REPO,
+                env=job_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         worker = Worker(process, log)
         started.append(worker)
         alive = runtime.wait_until(
@@ -205,14 +206,15 @@ def start_gateway(job_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[
     def start(env: dict[str, str] | None = None) -> Gateway:
         port = runtime.free_port()
         log = tmp_path / f"gateway-{len(started)}.log"
-        process = subprocess.Popen(
-            [PYTHON, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO,
-            env=env if env is not None else job_env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [PYTHON, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(port)],
+                cwd=REPO,
+                env=env if env is not None else job_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         gateway = Gateway(process, f"http://127.0.0.1:{port}", log)
         started.append(gateway)
 

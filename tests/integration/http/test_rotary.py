@@ -156,7 +156,5 @@ def test_xpos_scales_queries_up_and_keys_down(client: TestClient, wire: Any, inl
     k_ratio = tensors["k"].norm(dim=-1) / rope["k"].norm(dim=-1)
     torch.testing.assert_close(q_ratio[..., 0], torch.ones(1, 1))
     assert bool((q_ratio[..., 3] < 1).all())  # ζ < 1: later queries shrink ...
-    torch.testing.assert_close(
-        q_ratio * k_ratio, torch.ones_like(q_ratio) * (q_ratio * k_ratio), rtol=0, atol=0
-    )
+    torch.testing.assert_close(k_ratio[..., 0], torch.ones(1, 1))
     assert bool((k_ratio[..., 3] > 1).all())  # ... and later keys grow by the reciprocal

@@ -1,20 +1,18 @@
 """Fixtures for the SDK's end-to-end tests: real gateways over real sockets, nothing of the server mocked.
 
-- ``start_gateway(**settings)`` runs ``service.main.create_app(settings)`` under uvicorn in a thread, on a
-  free loopback port; tests that need a special configuration (API keys, a rate limit, one compute slot)
-  start their own. ``gateway`` is the default one (no Redis: compute routes only).
-- ``stack`` is the whole product for the job tests: ``posenc serve`` with a private redis-server, a real
-  Celery worker and the gateway, in a temporary state directory.
+- ``start_compute_gateway(**settings)`` runs ``service.main.create_app(settings)`` under uvicorn in a thread,
+  on a free loopback port; tests that need a special configuration (API keys, a rate limit, one compute
+  slot) start their own, and can reach into ``app.state`` (e.g. to hold the only compute slot).
+  ``compute_gateway`` is the default one (no Redis: compute routes only).
+- ``job_stack`` is the job side, from the shared fixtures of tests/integration/conftest.py: a private
+  redis-server, a real ``posenc worker`` (Celery) and a uvicorn gateway subprocess.
 - ``call`` runs one SDK call through ``Client`` and, in the other parametrisation, through ``AsyncClient``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -23,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from posenc_client import AsyncClient, Client
 
 from posenc.settings import Settings
-from posenc_client import AsyncClient, Client
 from service.main import create_app
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -42,7 +39,7 @@ class Gateway:
     app: FastAPI
 
 
-StartGateway = Callable[..., Gateway]
+StartComputeGateway = Callable[..., Gateway]
 
 
 def isolated_settings(**overrides: Any) -> Settings:
@@ -82,9 +79,9 @@ def _gateways() -> Iterator[list[tuple[uvicorn.Server, threading.Thread]]]:
 
 
 @pytest.fixture(scope="session")
-def start_gateway(
+def start_compute_gateway(
     _gateways: list[tuple[uvicorn.Server, threading.Thread]], tmp_path_factory: pytest.TempPathFactory
-) -> StartGateway:
+) -> StartComputeGateway:
     def start(**overrides: Any) -> Gateway:
         overrides.setdefault("state_dir", tmp_path_factory.mktemp("gateway-state"))
         app = create_app(settings=isolated_settings(**overrides))
@@ -96,17 +93,17 @@ def start_gateway(
 
 
 @pytest.fixture(scope="session")
-def gateway(start_gateway: StartGateway) -> Gateway:
-    return start_gateway()
+def compute_gateway(start_compute_gateway: StartComputeGateway) -> Gateway:
+    return start_compute_gateway()
 
 
 @pytest.fixture(params=["sync", "async"])
-def call(request: pytest.FixtureRequest, gateway: Gateway) -> Callable[..., Any]:
+def call(request: pytest.FixtureRequest, compute_gateway: Gateway) -> Callable[..., Any]:
     """``call(lambda client: client.bias.compute(...), **client_options)``: the same call through Client or
     AsyncClient (whose methods return coroutines, awaited here)."""
 
     def run(fn: Callable[[Any], Any], *, base_url: str | None = None, **options: Any) -> Any:
-        url = base_url or gateway.url
+        url = base_url or compute_gateway.url
         if request.param == "sync":
             with Client(base_url=url, **options) as client:
                 return fn(client)
@@ -121,57 +118,9 @@ def call(request: pytest.FixtureRequest, gateway: Gateway) -> Callable[..., Any]
 
 
 # ------------------------------------------------------------------------------------------- the full stack
-@dataclass
-class Stack:
-    url: str
-    state_dir: Path
-    process: subprocess.Popen[bytes]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """``posenc serve``: private redis-server + supervised Celery worker + gateway (the README's command)."""
-    state_dir = tmp_path_factory.mktemp("stack-state")
-    port = _free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("POSENC_")}
-    env |= {"POSENC_STATE_DIR": str(state_dir), "POSENC_DATA_DIR": str(REPO_ROOT.parent / "shared" / "data")}
-    log = (state_dir / "serve.log").open("wb")
-    process = subprocess.Popen(
-        [str(VENV_BIN / "posenc"), "serve", "--port", str(port), "--state-dir", str(state_dir)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while not _ready(url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"posenc serve did not become ready:\n{(state_dir / 'serve.log').read_text()}")
-        time.sleep(0.5)
-    try:
-        yield Stack(url=url, state_dir=state_dir, process=process)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+@pytest.fixture
+def job_stack(start_worker: Callable[[], Any], start_gateway: Callable[..., Any]) -> str:
+    """A real Celery worker and a uvicorn gateway on this test's private Redis (shared fixtures)."""
+    start_worker()
+    url: str = start_gateway().url
+    return url

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import safetensors.numpy
 import torch
-
 from posenc_client import BFloat16BitsWarning, Client, bfloat16_bits_to_float32
 
 pytestmark = pytest.mark.integration
@@ -116,8 +115,8 @@ def test_bfloat16_bias_as_torch_and_as_numpy_bits(call: Call) -> None:
     np.testing.assert_array_equal(np.asarray(as_list.bias, dtype=np.float32), widened)
 
 
-def test_bias_save_writes_npy_and_safetensors(gateway: Any, tmp_path: Path) -> None:
-    with Client(base_url=gateway.url) as client:
+def test_bias_save_writes_npy_and_safetensors(compute_gateway: Any, tmp_path: Path) -> None:
+    with Client(base_url=compute_gateway.url) as client:
         npy = client.bias.save("alibi", tmp_path / "alibi.npy", num_heads=4, query_length=6)
         st = client.bias.save("alibi", tmp_path / "alibi.safetensors", num_heads=4, query_length=6)
     np.testing.assert_array_equal(np.load(npy), alibi_reference(4, 6).numpy())

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
 from posenc_client import (
     APIConnectionError,
     APIError,
@@ -58,7 +57,8 @@ def test_output_over_budget_is_payload_too_large(call: Call) -> None:
         call(lambda c: c.bias.compute("alibi", num_heads=64, query_length=65536))
     error = caught.value
     assert error.status == 413
-    assert error.limit is not None and error.size is not None
+    assert error.limit is not None
+    assert error.size is not None
     assert error.size > error.limit
     assert "toeplitz" in (error.detail or "")
 
@@ -81,8 +81,8 @@ def test_invalid_fields_are_a_validation_error_naming_them(call: Call) -> None:
 
 # ------------------------------------------------------------------------------------------- API keys
 @pytest.fixture(scope="module")
-def keyed_gateway(start_gateway: Any) -> Any:
-    return start_gateway(api_keys=[API_KEY])
+def keyed_gateway(start_compute_gateway: Any) -> Any:
+    return start_compute_gateway(api_keys=[API_KEY])
 
 
 def test_missing_or_wrong_key_is_an_authentication_error(call: Call, keyed_gateway: Any) -> None:
@@ -111,15 +111,16 @@ def _wait_for_fresh_window(*, needed_s: float) -> None:
         time.sleep(remaining + 0.05)
 
 
-def test_rate_limited_key_gets_rate_limit_error(call: Call, start_gateway: Any) -> None:
-    limited = start_gateway(api_keys=[API_KEY], rate_limit_per_minute=1)
+def test_rate_limited_key_gets_rate_limit_error(call: Call, start_compute_gateway: Any) -> None:
+    limited = start_compute_gateway(api_keys=[API_KEY], rate_limit_per_minute=1)
     _wait_for_fresh_window(needed_s=5)
     call(lambda c: c.methods.get("alibi"), base_url=limited.url, api_key=API_KEY)
     with pytest.raises(RateLimitError) as caught:
         call(lambda c: c.methods.get("alibi"), base_url=limited.url, api_key=API_KEY, max_retries=0)
     error = caught.value
     assert error.status == 429
-    assert error.retry_after is not None and 1 <= error.retry_after <= 60
+    assert error.retry_after is not None
+    assert 1 <= error.retry_after <= 60
     assert error.headers["retry-after"] == str(int(error.retry_after))
 
     # A Retry-After longer than max_retry_after is not waited out: raised at once, no retry.
@@ -140,9 +141,9 @@ def test_rate_limited_key_gets_rate_limit_error(call: Call, start_gateway: Any) 
 
 # ------------------------------------------------------------------------------------ saturated compute
 @pytest.fixture
-def saturated_gateway(start_gateway: Any) -> Iterator[Any]:
+def saturated_gateway(start_compute_gateway: Any) -> Iterator[Any]:
     """One compute slot, no waiting for it, and the slot held by the test: every compute call is a 503."""
-    gateway = start_gateway(compute_concurrency=1, compute_wait_s=0)
+    gateway = start_compute_gateway(compute_concurrency=1, compute_wait_s=0)
     slots = gateway.app.state.compute_slots
     assert slots.try_acquire()
     yield gateway
@@ -184,8 +185,8 @@ def test_unreachable_server_is_a_connection_error_after_retries(call: Call) -> N
     assert 0.75 <= events[1].delay_s <= 1.0
 
 
-def test_slow_answer_is_a_timeout(call: Call, start_gateway: Any) -> None:
-    gateway = start_gateway(compute_concurrency=1, compute_wait_s=5)
+def test_slow_answer_is_a_timeout(call: Call, start_compute_gateway: Any) -> None:
+    gateway = start_compute_gateway(compute_concurrency=1, compute_wait_s=5)
     slots = gateway.app.state.compute_slots
     assert slots.try_acquire()  # the request now waits up to 5 s for a slot: longer than the client will
     try:

@@ -1,0 +1,131 @@
+"""The README's curl examples, run as written against the real app served by uvicorn on a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import safetensors.torch
+
+ROOT = Path(__file__).resolve().parents[3]
+BEGIN, END = "<!-- curl-examples:begin -->", "<!-- curl-examples:end -->"
+README_ADDRESS = "http://127.0.0.1:8000"
+
+
+def readme_examples() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
+    return re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("uvicorn") / "server.log"
+    log = log_path.open("wb")  # a file, not a pipe: nobody reads a pipe while the tests run, and it would fill
+    env = {key: value for key, value in os.environ.items() if not key.startswith("POSENC_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    address = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{address}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not come up:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def check_methods(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    assert body["count"] == len(body["data"]) >= 1
+    assert all(item["kind"] == "bias" for item in body["data"])
+    assert "alibi" in {item["name"] for item in body["data"]}
+
+
+def check_bias(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    bias = body["tensors"]["bias"]
+    assert bias["shape"] == [4, 6, 6]
+    assert bias["data"][1] == "-inf"
+    assert body["meta"]["method"] == "alibi"
+
+
+def check_toeplitz(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    assert body["tensors"]["bias"]["shape"] == [8, 4096 + 4096 - 1]
+    assert body["meta"]["form"] == "toeplitz"
+
+
+def check_yarn_file(_: str, workdir: Path) -> None:
+    tensors = safetensors.torch.load((workdir / "yarn_qk.safetensors").read_bytes())
+    assert set(tensors) == {"q", "k", "cos", "sin"}
+    assert tensors["q"].shape == tensors["k"].shape == (1, 4, 1024, 64)
+    assert tensors["cos"].shape == (1024, 32)
+
+
+def check_attention(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    assert body["tensors"]["weights"]["shape"] == [1, 2, 8, 8]
+    assert body["tensors"]["entropy"]["shape"] == [2]
+    assert body["tensors"]["mean_distance"]["shape"] == [2]
+    assert body["tensors"]["mass_by_distance"]["shape"] == [2, 8]
+
+
+CHECKS: list[Callable[[str, Path], None]] = [
+    check_methods,
+    check_bias,
+    check_toeplitz,
+    check_yarn_file,
+    check_attention,
+]
+
+
+def test_the_readme_shows_five_curl_examples() -> None:
+    examples = readme_examples()
+    assert len(examples) == len(CHECKS)
+    assert all(example.startswith("curl ") and README_ADDRESS in example for example in examples)
+
+
+@pytest.mark.parametrize("index", range(len(CHECKS)))
+def test_readme_curl_example(server: str, tmp_path: Path, index: int) -> None:
+    example = readme_examples()[index].replace(README_ADDRESS, server)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"{example}\nstdout: {result.stdout[:2000]}\nstderr: {result.stderr}"
+    CHECKS[index](result.stdout, tmp_path)

@@ -1,0 +1,104 @@
+"""Corpora, batches and synthetic tasks: deterministic, split nanoGPT-style, formats as documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc.errors import InvalidInput
+from posenc.training import data
+from posenc.training.data import (
+    BOS,
+    EOS,
+    SEP,
+    char_corpus,
+    load_corpus_text,
+    max_task_size,
+    task_batch,
+    task_sequence_length,
+    task_train_batch,
+    task_vocab,
+    text_batch,
+)
+
+
+def test_char_corpus_sorted_vocab_and_train_first_split() -> None:
+    corpus = char_corpus("abcabcabcd", val_fraction=0.1)
+    assert corpus.vocab == ("a", "b", "c", "d")
+    assert corpus.train.tolist() == [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    assert corpus.val.tolist() == [3]
+
+
+def test_text_batches_are_determined_by_the_generator_seed(text_file: Path) -> None:
+    ids = char_corpus(text_file.read_text()).train
+
+    def draw(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return text_batch(ids, 16, 4, torch.Generator().manual_seed(seed))
+
+    first, again, other = draw(1), draw(1), draw(2)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert not torch.equal(first[0], other[0])
+    inputs, targets = first
+    assert inputs.shape == targets.shape == (4, 16)
+    assert torch.equal(inputs[:, 1:], targets[:, :-1])  # targets are the next characters
+
+
+def test_tinyshakespeare_is_found_in_the_data_dir(shared_data_dir: Path) -> None:
+    corpus = char_corpus(load_corpus_text("tinyshakespeare", shared_data_dir))
+    assert corpus.vocab_size == 65
+    assert (len(corpus.train), len(corpus.val)) == (1_003_854, 111_540)  # nanoGPT's split
+
+
+def test_missing_corpus_is_an_invalid_input(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="no text file"):
+        load_corpus_text(str(tmp_path / "absent.txt"))
+    with pytest.raises(InvalidInput, match="no text file"):
+        load_corpus_text("tinyshakespeare", tmp_path)
+
+
+def test_stdlib_corpus_is_deterministic_ascii_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data, "STDLIB_CORPUS_CHARS", 200_000)
+    built = data.stdlib_corpus(tmp_path)
+    assert len(built) == 200_000 and built.isascii()
+    assert "def " in built and "import " in built
+    assert data.build_stdlib_corpus(200_000) == built
+    [cached] = tmp_path.iterdir()
+    assert cached.read_text() == built
+    assert data.stdlib_corpus(tmp_path) == built
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "addition"])
+def test_task_sequences_fit_the_training_length(task: data.TaskName) -> None:
+    size = max_task_size(task, 40)
+    assert task_sequence_length(task, size) <= 40 < task_sequence_length(task, size + 1)
+    batch = task_train_batch(task, size, 64, torch.Generator().manual_seed(0))
+    assert batch.inputs.shape[1] + 1 <= 40
+
+
+def _decode_rows(task: data.TaskName, sizes: list[int]) -> list[tuple[str, str]]:
+    """(prompt, target) strings of a batch, read back from inputs/targets and the loss mask."""
+    vocab = task_vocab(task)
+    batch = task_batch(task, sizes, torch.Generator().manual_seed(5))
+    rows = []
+    for inputs, targets, mask in zip(batch.inputs, batch.targets, batch.loss_mask, strict=True):
+        assert inputs[0] == BOS
+        sep = int((inputs == SEP).nonzero()[0])
+        scored = targets[mask].tolist()
+        assert scored[-1] == EOS  # EOS is predicted and scored
+        assert int(mask.nonzero()[0]) == sep  # the first scored prediction is the one made at SEP
+        prompt = "".join(vocab[i] for i in inputs[1:sep].tolist())
+        rows.append((prompt, "".join(vocab[i] for i in scored[:-1])))
+    return rows
+
+
+def test_copy_reverse_and_addition_formats() -> None:
+    for prompt, target in _decode_rows("copy", [3, 7]):
+        assert prompt == target
+    for prompt, target in _decode_rows("reverse", [4, 6]):
+        assert prompt[::-1] == target
+    for prompt, target in _decode_rows("addition", [1, 5]):
+        left, right = prompt.split("+")
+        assert int(left) + int(right) == int(target)
+    assert [len(p) for p, _ in _decode_rows("copy", [3, 7])] == [3, 7]

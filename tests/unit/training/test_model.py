@@ -1,0 +1,92 @@
+"""The model: every kind of PE applied, at lengths past training, with the PE as the only variable."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from posenc.errors import InvalidInput
+from posenc.pe import get_method
+from posenc.training import model as model_module
+from posenc.training.model import ModelConfig, TinyTransformer, count_parameters
+
+VOCAB = 11
+
+
+def tiny_config(method: str, **params: object) -> ModelConfig:
+    return ModelConfig(vocab_size=VOCAB, layers=2, dim=16, heads=2, method=method, params=dict(params), train_length=8)
+
+
+@pytest.mark.parametrize("method", ["nope", "sinusoidal", "alibi", "rope"])
+@pytest.mark.parametrize("length", [8, 37])
+def test_logits_shape_at_and_past_the_training_length(method: str, length: int) -> None:
+    model = TinyTransformer(tiny_config(method), seed=0)
+    ids = torch.randint(0, VOCAB, (3, length))
+    logits = model(ids)
+    assert logits.shape == (3, length, VOCAB)
+    assert torch.isfinite(logits).all()
+
+
+def test_lm_x_model_has_the_published_parameter_count() -> None:
+    config = ModelConfig(vocab_size=65, layers=2, dim=128, heads=4, method="rope")
+    assert count_parameters(TinyTransformer(config)) == 413_440  # evaluation.md §1.4
+
+
+def test_same_seed_gives_identical_non_pe_weights_for_every_method() -> None:
+    states = [TinyTransformer(tiny_config(m), seed=3).state_dict() for m in ("nope", "sinusoidal", "alibi", "rope")]
+    reference = states[0]
+    for state in states[1:]:
+        assert state.keys() == reference.keys()  # fixed PEs add no state
+        for name, tensor in reference.items():
+            assert torch.equal(state[name], tensor), name
+    other_seed = TinyTransformer(tiny_config("rope"), seed=4).state_dict()
+    assert not torch.equal(other_seed["token_embedding.weight"], reference["token_embedding.weight"])
+
+
+def test_causality_future_tokens_do_not_change_past_logits() -> None:
+    for method in ("sinusoidal", "alibi", "rope"):
+        model = TinyTransformer(tiny_config(method), seed=0)
+        ids = torch.randint(0, VOCAB, (1, 12))
+        changed = ids.clone()
+        changed[0, 8:] = (changed[0, 8:] + 1) % VOCAB
+        assert torch.allclose(model(ids)[0, :8], model(changed)[0, :8], atol=1e-6), method
+
+
+def test_position_matters_for_explicit_pe_but_the_pe_is_cached() -> None:
+    model = TinyTransformer(tiny_config("alibi"), seed=0)
+    model(torch.zeros(1, 9, dtype=torch.int64))
+    mask = model.pe.attention_mask(9, torch.device("cpu"))
+    assert mask is not None and mask.shape == (2, 9, 9)
+    assert mask is model.pe.attention_mask(9, torch.device("cpu"))  # built once per length
+    assert torch.isinf(mask[:, 0, 1:]).all()  # causal −inf above the diagonal
+
+
+def _learned_absolute_with_init(max_positions: int) -> object:
+    """learned_absolute with a learned_init (the family may not define one yet): the real method function."""
+
+    def init(params: object, ctx: object) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        return {"table": 0.02 * torch.randn(max_positions, 16, generator=generator)}
+
+    return dataclasses.replace(get_method("learned_absolute"), learned_init=init)
+
+
+def test_learned_pe_is_a_trained_parameter_and_never_extrapolates(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _learned_absolute_with_init(max_positions=10)
+    monkeypatch.setattr(model_module, "get_method", lambda name: spec)
+    model = TinyTransformer(tiny_config("learned_absolute", max_positions=10), seed=0)
+    table = model.pe.learned["table"]
+    assert "pe.learned.table" in model.state_dict()
+    model(torch.randint(0, VOCAB, (2, 10))).sum().backward()
+    assert table.grad is not None and table.grad.abs().sum() > 0  # gradients reach the method's table
+    with pytest.raises(InvalidInput, match="learned"):
+        model(torch.randint(0, VOCAB, (2, 11)))
+
+
+def test_a_learned_method_without_learned_init_cannot_be_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = dataclasses.replace(get_method("learned_absolute"), learned_init=None)
+    monkeypatch.setattr(model_module, "get_method", lambda name: spec)
+    with pytest.raises(ValueError, match="learned_init"):
+        TinyTransformer(tiny_config("learned_absolute"), seed=0)
