@@ -334,7 +334,11 @@ class JobStore:
                 pipe.hgetall(record_key(job_id))
             records = pipe.execute()
             for job_id, raw in zip(ids, records, strict=True):
-                job = record_to_job(_str_dict(raw)) if raw else (self.get(job_id) if status == "expired" else None)
+                job = (
+                    record_to_job(_str_dict(raw))
+                    if raw
+                    else (self.get(job_id) if status == "expired" else None)
+                )
                 if job is None or (status and job.status != status) or (kind and job.kind != kind):
                     continue
                 found.append(job)

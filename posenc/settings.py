@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -79,6 +79,13 @@ class Settings(BaseSettings):
     worker_soft_shutdown_timeout_s: float = Field(
         default=30.0, ge=0, description="on stop, running jobs get this long before they are requeued"
     )
+
+    @model_validator(mode="after")
+    def _soft_limit_below_hard(self) -> Settings:
+        # The soft limit lets a job fail cleanly; at or above the hard limit the child is killed first.
+        if self.job_soft_time_limit_s >= self.job_time_limit_s:
+            raise ValueError("job_soft_time_limit_s must be below job_time_limit_s")
+        return self
 
     @property
     def visibility_timeout_s(self) -> int:

@@ -237,6 +237,8 @@ def parse_safetensors_request(body: bytes, model: type[M], tensor_names: frozens
             )
         if name in fields:
             raise InvalidInput(("body", name), "given both in the request JSON and as a safetensors tensor")
+        if not isinstance(info, dict):
+            raise InvalidInput(("body", name), "a safetensors header entry must have dtype and shape")
         dtype = _SAFETENSORS_DTYPES.get(str(info.get("dtype")))
         if dtype is None:
             raise InvalidInput(

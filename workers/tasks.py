@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from posenc.jobstore import Claim, JobStore, list_artifacts, store_from_settings
-from posenc.schemas.jobs import JobProgress, JobSpec
+from posenc.schemas.jobs import JobKind, JobProgress, JobSpec
 from posenc.settings import Settings, get_settings
 from posenc.training.hooks import JobCancelled, Progress
 from workers.app import app
@@ -173,7 +173,7 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
 
 
 def _run(
-    kind: str,
+    kind: JobKind,
     raw_spec: dict[str, Any],
     job_dir: Path,
     artifact_root: Path,

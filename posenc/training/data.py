@@ -68,12 +68,13 @@ def stdlib_sources() -> list[Path]:
     return sorted(files, key=lambda path: path.relative_to(root).as_posix())
 
 
-def build_stdlib_corpus(max_chars: int = STDLIB_CORPUS_CHARS) -> str:
+def build_stdlib_corpus(max_chars: int | None = None) -> str:
     """Concatenate ASCII-only standard-library sources in ``stdlib_sources`` order until ``max_chars``.
 
     Files with any non-ASCII character are left out so the vocabulary stays small (about 100 symbols) and
     the same on every platform; the last file is cut so the corpus is exactly ``max_chars`` when enough exist.
     """
+    limit = max_chars if max_chars is not None else STDLIB_CORPUS_CHARS
     pieces: list[str] = []
     total = 0
     for path in stdlib_sources():
@@ -84,9 +85,9 @@ def build_stdlib_corpus(max_chars: int = STDLIB_CORPUS_CHARS) -> str:
         if not text.isascii():
             continue
         text = text.replace("\r\n", "\n")
-        pieces.append(text[: max_chars - total])
+        pieces.append(text[: limit - total])
         total += len(pieces[-1])
-        if total >= max_chars:
+        if total >= limit:
             break
     return "".join(pieces)
 
@@ -98,7 +99,7 @@ def stdlib_corpus(cache_dir: Path | None = None) -> str:
     cached = directory / f"stdlib-corpus-py{version}-{STDLIB_CORPUS_CHARS}.txt"
     if cached.is_file():
         return cached.read_text(encoding="utf-8")
-    text = build_stdlib_corpus()
+    text = build_stdlib_corpus(STDLIB_CORPUS_CHARS)
     directory.mkdir(parents=True, exist_ok=True)
     temporary = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
     temporary.write_text(text, encoding="utf-8")

@@ -30,7 +30,7 @@ def _check_resumed_once(
     assert killed_at - CHECKPOINT_EVERY <= resumed <= killed_at + CHECKPOINT_EVERY * 2, (killed_at, resumed)
     assert resumed >= CHECKPOINT_EVERY
     after_kill = [j["progress"]["step"] for j in history if j["attempts"] == 2 and j["status"] == "running"]
-    # The record keeps the last progress across attempts; a restart from 0 would show steps below the resume point.
+    # The record keeps the last progress across attempts; a restart from 0 would show steps below resumed.
     assert after_kill, "never saw the second attempt running"
     assert min(after_kill) >= resumed, f"training restarted from the beginning: {after_kill}"
     events = store.events(done["id"])

@@ -4,6 +4,7 @@ Regenerate (from the repository root) after the server's contract changes:
     .venv/bin/python clients/python/scripts/regenerate_models.py --snapshot
 tests/contract/test_sdk_models.py fails while this file and the snapshot disagree.
 """
+
 from __future__ import annotations
 
 # ruff: noqa
@@ -11,6 +12,7 @@ from __future__ import annotations
 # (the generator gives optional constrained scalars, e.g. rotary_dim, a root model defaulting to None)
 
 from typing import Annotated, Any, Literal
+
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 
 
@@ -32,10 +34,14 @@ class AttentionRequest(BaseModel):
         extra="allow",
     )
     causal: Annotated[bool, Field(title="Causal")] = True
-    dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"] | None, Field(title="Dtype")] = None
+    dtype: Annotated[
+        Literal["float32", "float64", "bfloat16", "float16"] | None,
+        Field(title="Dtype"),
+    ] = None
     k: Annotated[TensorData | RandomTensor, Field(title="K")]
     key_padding_mask: Annotated[
-        TensorData | RandomTensor | list[list[bool]] | None, Field(title="Key Padding Mask")
+        TensorData | RandomTensor | list[list[bool]] | None,
+        Field(title="Key Padding Mask"),
     ] = None
     """
     (B, Nk) booleans, true = a padding key that nobody attends to
@@ -202,7 +208,8 @@ class Job(BaseModel):
     spec: Annotated[dict[str, Any], Field(title="Spec")]
     started_at: Annotated[AwareDatetime | None, Field(title="Started At")] = None
     status: Annotated[
-        Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"], Field(title="Status")
+        Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"],
+        Field(title="Status"),
     ]
     updated_at: Annotated[AwareDatetime | None, Field(title="Updated At")] = None
 
@@ -281,7 +288,10 @@ class MethodInfo(BaseModel):
     """
     the module the method lives in, e.g. 'rope_scaling'
     """
-    kind: Annotated[Literal["absolute", "bias", "rotary", "score_mod", "attention"], Field(title="Kind")]
+    kind: Annotated[
+        Literal["absolute", "bias", "rotary", "score_mod", "attention"],
+        Field(title="Kind"),
+    ]
     """
     What a method changes; each kind has one function signature (see ``posenc.pe.types``).
     """
@@ -400,7 +410,10 @@ class RotaryRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"] | None, Field(title="Dtype")] = None
+    dtype: Annotated[
+        Literal["float32", "float64", "bfloat16", "float16"] | None,
+        Field(title="Dtype"),
+    ] = None
     """
     output dtype; default the dtype of q
     """
@@ -470,11 +483,13 @@ class TensorData(BaseModel):
         extra="allow",
     )
     base64: Annotated[str | None, Field(title="Base64")] = None
-    data: Annotated[list[float | int | bool | Literal["nan", "inf", "-inf"]] | None, Field(title="Data")] = (
-        None
-    )
+    data: Annotated[
+        list[float | int | bool | Literal["nan", "inf", "-inf"]] | None,
+        Field(title="Data"),
+    ] = None
     dtype: Annotated[
-        Literal["float32", "float64", "bfloat16", "float16", "int64", "int32", "bool"], Field(title="Dtype")
+        Literal["float32", "float64", "bfloat16", "float16", "int64", "int32", "bool"],
+        Field(title="Dtype"),
     ] = "float32"
     shape: Annotated[list[ShapeItem], Field(max_length=8, title="Shape")]
 

@@ -1,7 +1,8 @@
 """When to retry a request and how long to wait first (pure functions; the clients do the sleeping).
 
 Policy: retry connection errors, timeouts and the statuses in ``RETRYABLE_STATUSES`` (408, 429, 502, 503,
-504) up to ``max_retries`` times. Wait what the server's ``Retry-After`` (or ``Retry-After-Ms``) says when it
+504), and a 409 that carries Retry-After (a job creation with the same Idempotency-Key still in progress), up
+to ``max_retries`` times; ``X-Should-Retry: true|false`` from the server overrides the status rule. Wait what the server's ``Retry-After`` (or ``Retry-After-Ms``) says when it
 says something between 0 and ``max_retry_after`` seconds; a longer hint is not waited out (the error is
 raised at once, with ``retry_after`` on it). Without a hint, wait 0.5 s doubling up to 8 s, times a jitter
 factor in (0.75, 1].
@@ -73,9 +74,11 @@ class RetryPolicy:
         should_retry = {key.lower(): value for key, value in headers.items()}.get("x-should-retry")
         if should_retry == "false":
             return None
-        if should_retry != "true" and status not in self.retry_statuses:
-            return None
         hint = parse_retry_after(headers)
+        # 409 with Retry-After: "the same Idempotency-Key is still being processed", worth coming back for.
+        come_back_later = status == 409 and hint is not None
+        if should_retry != "true" and status not in self.retry_statuses and not come_back_later:
+            return None
         if hint is None:
             return self.backoff_s(retries_done=retries_done)
         if hint > self.max_retry_after_s:

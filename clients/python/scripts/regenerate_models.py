@@ -59,8 +59,10 @@ CODEGEN_OPTIONS = (
     "--collapse-root-models",
     "--disable-timestamp",
     "--formatters",
-    "ruff-format",
+    "builtin",
 )
+# Formatted afterwards with ruff in isolated mode, so the output does not depend on where it is written.
+RUFF_FORMAT = ("format", "--isolated", "--line-length", "110", "--target-version", "py311", "--quiet")
 
 
 def openapi_document() -> dict[str, object]:
@@ -79,7 +81,7 @@ def write_snapshot(document: dict[str, object], path: Path = SNAPSHOT) -> None:
 def generate_models(*, openapi: Path = SNAPSHOT, output: Path = MODELS) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         header_file = Path(scratch) / "header.txt"
-        header_file.write_text(HEADER)
+        header_file.write_text(HEADER + "\n")
         subprocess.run(
             [
                 sys.executable,
@@ -95,6 +97,7 @@ def generate_models(*, openapi: Path = SNAPSHOT, output: Path = MODELS) -> None:
             ],
             check=True,
         )
+    subprocess.run([sys.executable, "-m", "ruff", *RUFF_FORMAT, str(output)], check=True)
 
 
 def main() -> None:

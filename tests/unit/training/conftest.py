@@ -1,4 +1,4 @@
-"""Shared fixtures of the training tests: a small text corpus, hooks that record, the shared data directory."""
+"""Shared fixtures of the training tests: a small text corpus, recording hooks, the shared data directory."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ def test_text_batches_are_determined_by_the_generator_seed(text_file: Path) -> N
         return text_batch(ids, 16, 4, torch.Generator().manual_seed(seed))
 
     first, again, other = draw(1), draw(1), draw(2)
-    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert torch.equal(first[0], again[0])
+    assert torch.equal(first[1], again[1])
     assert not torch.equal(first[0], other[0])
     inputs, targets = first
     assert inputs.shape == targets.shape == (4, 16)
@@ -58,11 +59,15 @@ def test_missing_corpus_is_an_invalid_input(tmp_path: Path) -> None:
         load_corpus_text("tinyshakespeare", tmp_path)
 
 
-def test_stdlib_corpus_is_deterministic_ascii_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stdlib_corpus_is_deterministic_ascii_and_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(data, "STDLIB_CORPUS_CHARS", 200_000)
     built = data.stdlib_corpus(tmp_path)
-    assert len(built) == 200_000 and built.isascii()
-    assert "def " in built and "import " in built
+    assert len(built) == 200_000
+    assert built.isascii()
+    assert "def " in built
+    assert "import " in built
     assert data.build_stdlib_corpus(200_000) == built
     [cached] = tmp_path.iterdir()
     assert cached.read_text() == built

@@ -16,7 +16,9 @@ VOCAB = 11
 
 
 def tiny_config(method: str, **params: object) -> ModelConfig:
-    return ModelConfig(vocab_size=VOCAB, layers=2, dim=16, heads=2, method=method, params=dict(params), train_length=8)
+    return ModelConfig(
+        vocab_size=VOCAB, layers=2, dim=16, heads=2, method=method, params=dict(params), train_length=8
+    )
 
 
 @pytest.mark.parametrize("method", ["nope", "sinusoidal", "alibi", "rope"])
@@ -35,7 +37,9 @@ def test_lm_x_model_has_the_published_parameter_count() -> None:
 
 
 def test_same_seed_gives_identical_non_pe_weights_for_every_method() -> None:
-    states = [TinyTransformer(tiny_config(m), seed=3).state_dict() for m in ("nope", "sinusoidal", "alibi", "rope")]
+    states = [
+        TinyTransformer(tiny_config(m), seed=3).state_dict() for m in ("nope", "sinusoidal", "alibi", "rope")
+    ]
     reference = states[0]
     for state in states[1:]:
         assert state.keys() == reference.keys()  # fixed PEs add no state
@@ -58,7 +62,8 @@ def test_position_matters_for_explicit_pe_but_the_pe_is_cached() -> None:
     model = TinyTransformer(tiny_config("alibi"), seed=0)
     model(torch.zeros(1, 9, dtype=torch.int64))
     mask = model.pe.attention_mask(9, torch.device("cpu"))
-    assert mask is not None and mask.shape == (2, 9, 9)
+    assert mask is not None
+    assert mask.shape == (2, 9, 9)
     assert mask is model.pe.attention_mask(9, torch.device("cpu"))  # built once per length
     assert torch.isinf(mask[:, 0, 1:]).all()  # causal −inf above the diagonal
 
@@ -80,7 +85,8 @@ def test_learned_pe_is_a_trained_parameter_and_never_extrapolates(monkeypatch: p
     table = model.pe.learned["table"]
     assert "pe.learned.table" in model.state_dict()
     model(torch.randint(0, VOCAB, (2, 10))).sum().backward()
-    assert table.grad is not None and table.grad.abs().sum() > 0  # gradients reach the method's table
+    assert table.grad is not None
+    assert table.grad.abs().sum() > 0
     with pytest.raises(InvalidInput, match="learned"):
         model(torch.randint(0, VOCAB, (2, 11)))
 

@@ -30,7 +30,9 @@ def tiny_setup(text_file: Path, method: str = "rope") -> tuple[ModelConfig, Batc
 
 def assert_same_run(first: TrainOutcome, second: TrainOutcome) -> None:
     assert first.losses == second.losses
-    for (name, a), (_, b) in zip(first.model.state_dict().items(), second.model.state_dict().items(), strict=True):
+    for (name, a), (_, b) in zip(
+        first.model.state_dict().items(), second.model.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name
 
 
@@ -51,7 +53,7 @@ def test_training_is_deterministic_and_learns(text_file: Path) -> None:
 
 
 class RecordingHooks:
-    """Records progress; cancels once ``cancel_after`` steps are reported; ``crash_after`` simulates a kill."""
+    """Records progress; cancels after ``cancel_after`` reports; ``crash_after`` simulates a kill."""
 
     def __init__(self, cancel_after: int | None = None, crash_after: int | None = None) -> None:
         self.reports: list[Progress] = []
@@ -70,7 +72,9 @@ class RecordingHooks:
 
 
 @pytest.mark.parametrize("method", ["rope", "alibi"])
-def test_resume_after_a_kill_ends_bit_identical_to_an_uninterrupted_run(text_file: Path, tmp_path: Path, method: str) -> None:
+def test_resume_after_a_kill_ends_bit_identical_to_an_uninterrupted_run(
+    text_file: Path, tmp_path: Path, method: str
+) -> None:
     config, batches = tiny_setup(text_file, method)
     uninterrupted = train(config, 0, SPEC, batches, checkpoint_dir=tmp_path / "a")
     with pytest.raises(KeyboardInterrupt):
@@ -80,7 +84,9 @@ def test_resume_after_a_kill_ends_bit_identical_to_an_uninterrupted_run(text_fil
     assert resumed.steps_run == SPEC.steps - 4  # from the checkpoint at step 4, not from scratch
     assert [r.step for r in hooks.reports] == list(range(5, SPEC.steps + 1))
     assert_same_run(uninterrupted, resumed)
-    finished = train(config, 0, SPEC, batches, checkpoint_dir=tmp_path / "b")  # final checkpoint: nothing to do
+    finished = train(
+        config, 0, SPEC, batches, checkpoint_dir=tmp_path / "b"
+    )  # final checkpoint: nothing to do
     assert finished.steps_run == 0
     assert_same_run(uninterrupted, finished)
 

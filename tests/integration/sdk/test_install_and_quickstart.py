@@ -1,0 +1,83 @@
+"""``pip install ./clients/python`` into a fresh, plain virtual environment, then the README's SDK quickstart
+runs there against a live stack (gateway, Redis, a real worker)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+REPO_ROOT = Path(__file__).resolve().parents[3]
+QUICKSTART = re.compile(
+    r"<!-- sdk-quickstart:begin -->\s*```python\n(.*?)```\s*<!-- sdk-quickstart:end -->", re.S
+)
+
+
+def readme_quickstart() -> str:
+    match = QUICKSTART.search((REPO_ROOT / "README.md").read_text())
+    assert match, "README.md has no sdk-quickstart block"
+    return match.group(1)
+
+
+def test_quickstart_is_about_ten_lines() -> None:
+    lines = [
+        line for line in readme_quickstart().splitlines() if line.strip() and not line.strip().startswith("#")
+    ]
+    assert len(lines) <= 16
+
+
+def test_pip_install_into_a_fresh_venv_and_run_the_quickstart(job_stack: str, tmp_path: Path) -> None:
+    source = tmp_path / "posenc-client-src"
+    shutil.copytree(
+        REPO_ROOT / "clients" / "python",
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".mypy_cache"),
+    )
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", f"{source}[numpy]"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("POSENC_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    env["POSENC_BASE_URL"] = job_stack
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import sys, posenc_client; print('torch' in sys.modules, posenc_client.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert probe.stdout.startswith("False ")
+    assert str(env_dir) in probe.stdout  # the installed copy, not the source tree
+    assert (env_dir / "bin" / "posenc-client").exists()
+
+    script = tmp_path / "quickstart.py"
+    script.write_text(readme_quickstart())
+    run = subprocess.run([str(python), str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "alibi (8, 128, 128)" in run.stdout
+    assert "yarn (1, 8, 256, 64)" in run.stdout
+    rows = [line for line in run.stdout.splitlines() if line.startswith(("rope ", "alibi "))]
+    assert {line.split()[:2][0] for line in rows} == {"rope", "alibi"}
+    assert sys.executable not in run.stdout

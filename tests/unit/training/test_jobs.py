@@ -1,0 +1,204 @@
+"""Jobs: validation before enqueueing, and train / extrapolate / benchmark end to end on tiny models."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from posenc.errors import InvalidInput
+from posenc.pe import UnknownMethodError, get_method
+from posenc.schemas.jobs import JobKind, JobSpec
+from posenc.training import jobs
+from posenc.training.files import load_model
+from posenc.training.hooks import JobCancelled, Progress
+from posenc.training.jobs import eval_lengths, run_job, validate_spec
+
+
+class Hooks:
+    def __init__(self, cancel_at: int | None = None) -> None:
+        self.reports: list[Progress] = []
+        self.cancel_at = cancel_at
+
+    def progress(self, progress: Progress) -> None:
+        self.reports.append(progress)
+
+    def should_cancel(self) -> bool:
+        return self.cancel_at is not None and bool(self.reports) and self.reports[-1].step >= self.cancel_at
+
+
+def tiny_spec(corpus: Path | None, method_names: list[str], **overrides: Any) -> JobSpec:
+    raw: dict[str, Any] = {
+        "methods": [{"method": m} for m in method_names],
+        "data": {"corpus": str(corpus)} if corpus is not None else {"task": "copy"},
+        "model": {"layers": 1, "dim": 16, "heads": 2},
+        "train": {"length": 16, "steps": 6, "batch_size": 4, "checkpoint_every": 2, "warmup_steps": 2},
+        "eval": {"lengths": [16, 32], "max_tokens": 256, "samples": 8},
+        "seeds": [0],
+    }
+    raw.update(overrides)
+    return JobSpec.model_validate(raw)
+
+
+# ------------------------------------------------------------------------------------------- validation
+def test_validation_refuses_what_the_schema_cannot_check(text_file: Path) -> None:
+    with pytest.raises(UnknownMethodError):
+        validate_spec("train", tiny_spec(text_file, ["no_such_method"]))
+    with pytest.raises(ValidationError):
+        validate_spec(
+            "train", tiny_spec(text_file, ["rope"], methods=[{"method": "rope", "params": {"base": -1}}])
+        )
+    with pytest.raises(InvalidInput, match="2D/3D") as refused:
+        validate_spec("train", tiny_spec(text_file, ["sinusoidal_2d"]))
+    assert refused.value.loc == ("body", "spec", "methods", 0, "method")
+    with pytest.raises(InvalidInput, match="exactly one method"):
+        validate_spec("train", tiny_spec(text_file, ["rope", "alibi"]))
+    with pytest.raises(InvalidInput, match="only an extrapolate job"):
+        validate_spec("train", tiny_spec(text_file, ["rope"], checkpoint="abc"))
+    with pytest.raises(InvalidInput, match="id of a finished train job"):
+        validate_spec("extrapolate", tiny_spec(text_file, ["rope"], checkpoint="../etc"))
+    with pytest.raises(InvalidInput, match=r"train\.length >= 5"):
+        validate_spec("train", tiny_spec(None, ["rope"], train={"length": 4}))
+    validate_spec("benchmark", tiny_spec(text_file, ["rope", "alibi", "sinusoidal"]))
+
+
+def test_learned_methods_need_an_init_and_a_table_covering_the_eval_lengths(
+    text_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    learned = get_method("learned_absolute")
+    monkeypatch.setattr(jobs, "get_method", lambda name: dataclasses.replace(learned, learned_init=None))
+    with pytest.raises(InvalidInput, match="learned_init"):
+        validate_spec("train", tiny_spec(text_file, ["learned_absolute"]))
+
+    def init(params: Any, ctx: Any) -> dict[str, torch.Tensor]:
+        return {"table": torch.zeros(params.max_positions, ctx.dim)}
+
+    monkeypatch.setattr(jobs, "get_method", lambda name: dataclasses.replace(learned, learned_init=init))
+    short_table = [{"method": "learned_absolute", "params": {"max_positions": 20}}]
+    with pytest.raises(InvalidInput, match="past the learned table") as refused:
+        validate_spec("extrapolate", tiny_spec(text_file, [], methods=short_table))
+    assert refused.value.loc == ("body", "spec", "methods", 0, "params")
+    covering = [{"method": "learned_absolute", "params": {"max_positions": 32}}]
+    validate_spec("extrapolate", tiny_spec(text_file, [], methods=covering))
+
+
+def test_default_eval_lengths_are_multiples_of_the_train_length(text_file: Path) -> None:
+    assert eval_lengths(tiny_spec(text_file, ["rope"], eval={})) == [16, 32, 64, 128]
+    assert eval_lengths(tiny_spec(None, ["rope"], eval={})) == [
+        6,
+        12,
+        24,
+        48,
+    ]  # copy sizes: (16 - 3) // 2 = 6
+
+
+# ----------------------------------------------------------------------------------------------- kinds
+def run(kind: JobKind, spec: JobSpec, job_dir: Path, hooks: Hooks | None = None) -> dict[str, Any]:
+    return run_job(kind, spec, job_dir=job_dir, artifact_root=job_dir.parent, hooks=hooks or Hooks())
+
+
+def test_benchmark_end_to_end_table_csv_png_and_resume(text_file: Path, tmp_path: Path) -> None:
+    spec = tiny_spec(text_file, ["rope", "alibi"], seeds=[0, 1])
+    hooks = Hooks()
+    result = run("benchmark", spec, tmp_path / "job", hooks)
+    json.dumps(result, allow_nan=False)  # JSON-able, no tensors
+
+    table = result["table"]
+    assert len(table) == 2 * 2 * 2 * 2  # methods x seeds x lengths x {ppl, nll}
+    assert set(table[0]) == {"method", "seed", "length", "metric", "value"}
+    assert {(r["method"], r["metric"]) for r in table} == {
+        (m, k) for m in ("rope", "alibi") for k in ("ppl", "nll")
+    }
+    for row in table:
+        if row["metric"] == "ppl":
+            nll = next(
+                r["value"]
+                for r in table
+                if r["metric"] == "nll"
+                and r["method"] == row["method"]
+                and r["seed"] == row["seed"]
+                and r["length"] == row["length"]
+            )
+            assert row["value"] == pytest.approx(torch.tensor(nll, dtype=torch.float64).exp().item())
+    ratios = {(s["method"], s["metric"], s["length"]): s["ratio"] for s in result["summary"]}
+    assert ratios[("rope", "ppl", 16)] == 1.0
+
+    with (tmp_path / "job" / "table.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(table)
+    assert list(rows[0]) == ["method", "seed", "length", "metric", "value"]
+    assert (tmp_path / "job" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "job" / "table.json").read_text())["table"] == table
+
+    total = 4 * (6 + 2)  # runs x (steps + eval lengths)
+    assert [r.step for r in hooks.reports] == list(range(1, total + 1))
+    assert all(r.total == total for r in hooks.reports)
+
+    assert (
+        run("benchmark", spec, tmp_path / "job") == result
+    )  # redelivered after the end: the recorded result
+    (tmp_path / "job" / "result.json").unlink()
+    redelivered = Hooks()
+    assert run("benchmark", spec, tmp_path / "job", redelivered)["table"] == table
+    assert all(
+        (r.stage or "").startswith("skip") for r in redelivered.reports
+    )  # finished sub-runs are skipped
+
+
+def test_a_cancelled_benchmark_resumes_to_the_same_table(text_file: Path, tmp_path: Path) -> None:
+    spec = tiny_spec(text_file, ["alibi", "rope"])
+    with pytest.raises(JobCancelled):
+        run("benchmark", spec, tmp_path / "a", Hooks(cancel_at=11))  # inside the second method's training
+    resumed = run("benchmark", spec, tmp_path / "a")
+    assert resumed["table"] == run("benchmark", spec, tmp_path / "b")["table"]
+
+
+def test_train_then_extrapolate_the_saved_checkpoint(text_file: Path, tmp_path: Path) -> None:
+    spec = tiny_spec(text_file, ["alibi"], seeds=[3, 4])
+    trained = run("train", spec, tmp_path / "train-1")
+    assert trained["val_length"] == 16
+    assert trained["val_ppl"] == pytest.approx(torch.tensor(trained["val_nll"]).exp().item())
+    assert trained["loss_curve"][-1][0] == 6
+    assert len(trained["runs"]) == 2
+    for name in ("model.safetensors", "model.json", "model-seed4.safetensors", "loss_curve.json"):
+        assert (tmp_path / "train-1" / name).is_file(), name
+    model, metadata = load_model(tmp_path / "train-1")
+    assert metadata["seed"] == 3
+    assert metadata["method"] == "alibi"
+    assert len(metadata["vocab"]) == model.config.vocab_size
+
+    evaluated = run("extrapolate", spec.model_copy(update={"checkpoint": "train-1"}), tmp_path / "extra-1")
+    assert evaluated["protocol"] == "nonoverlapping"
+    assert evaluated["checkpoint"] == "train-1"
+    assert [row["length"] for row in evaluated["rows"]] == [16, 32]
+    assert evaluated["rows"][0]["nll"] == pytest.approx(trained["val_nll"])  # the same model, the same data
+    assert evaluated["rows"][0]["ratio"] == 1.0
+
+    with pytest.raises(InvalidInput, match="no trained model"):
+        run("extrapolate", spec.model_copy(update={"checkpoint": "missing"}), tmp_path / "extra-2")
+
+
+def test_extrapolate_trains_first_and_names_the_sliding_protocol(text_file: Path, tmp_path: Path) -> None:
+    spec = tiny_spec(
+        text_file, ["rope"], eval={"lengths": [16, 32], "protocol": "sliding", "max_tokens": 128}
+    )
+    result = run("extrapolate", spec, tmp_path / "job")
+    assert result["protocol"] == "sliding"
+    assert [(r["length"], r["stride"], r["tokens"]) for r in result["rows"]] == [(16, 8, 128), (32, 16, 128)]
+
+
+def test_task_benchmark_reports_exact_match(tmp_path: Path) -> None:
+    result = run(
+        "benchmark",
+        tiny_spec(None, ["nope", "alibi"], eval={"lengths": [2, 6], "samples": 8}),
+        tmp_path / "job",
+    )
+    assert {row["metric"] for row in result["table"]} == {"exact_match"}
+    assert all(0.0 <= row["value"] <= 1.0 for row in result["table"])
+    assert result["protocol"] == "greedy_exact_match"
