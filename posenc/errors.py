@@ -6,7 +6,7 @@ Torch-free so that every layer can import them.
 from __future__ import annotations
 
 
-class InvalidInput(ValueError):  # noqa: N818  (a ValueError that names the field; "Error" would stutter)
+class InvalidInput(ValueError):
     """A value that passed the schema but not the method (odd head dim, position past a learned table...).
 
     ``loc`` is the path of the offending field in the request, e.g. ``("body", "q", "shape")``.
@@ -19,7 +19,7 @@ class InvalidInput(ValueError):  # noqa: N818  (a ValueError that names the fiel
         self.msg = msg
 
 
-class BudgetExceeded(ValueError):  # noqa: N818
+class BudgetExceeded(ValueError):
     """The requested output or input is larger than the configured budget (the gateway answers 413)."""
 
     def __init__(self, what: str, size: int, limit: int, hint: str) -> None:

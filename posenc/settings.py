@@ -70,9 +70,7 @@ class Settings(BaseSettings):
     job_sweep_interval_s: float = Field(
         default=15.0, gt=0, description="how often each worker looks for running jobs whose lease expired"
     )
-    job_progress_interval_s: float = Field(
-        default=0.5, ge=0, description="least time between progress writes"
-    )
+    job_progress_interval_s: float = Field(default=0.5, ge=0, description="least time between progress writes")
     job_poll_after_s: int = Field(default=2, ge=1, description="Retry-After hint while a job is not terminal")
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=1, description="how long an Idempotency-Key is kept")
     worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="worker liveness beat (readyz)")

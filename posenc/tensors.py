@@ -72,8 +72,10 @@ def _decode_data(tensor: TensorData, loc: Loc, *, allow_non_finite: bool) -> tor
                 (*loc, "base64"),
                 f"{len(raw)} bytes, but shape {tensor.shape} of {tensor.dtype} needs {expected}",
             )
-        values = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(tensor.shape) if raw else torch.empty(
-            tensor.shape, dtype=dtype
+        values = (
+            torch.frombuffer(bytearray(raw), dtype=dtype).reshape(tensor.shape)
+            if raw
+            else torch.empty(tensor.shape, dtype=dtype)
         )
         values = values.clone()
     else:

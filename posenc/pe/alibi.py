@@ -119,9 +119,7 @@ def _square_grid_width(ctx: BiasContext) -> int:
         "scale_placement": "added after the 1/sqrt(d) scaling",
     },
 )
-def alibi_2d(
-    params: Alibi2dParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext
-) -> torch.Tensor:
+def alibi_2d(params: Alibi2dParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
     """2D ALiBi (CROMA): B[h, p, q] = −m_h·‖(r_p, c_p) − (r_q, c_q)‖₂ between patches of a row-major grid.
 
     Patch p sits at row r_p = p // W and column c_p = p mod W; m_h are ALiBi's slopes. The formula is

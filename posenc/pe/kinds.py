@@ -64,9 +64,7 @@ def bias_toeplitz(spec: MethodSpec, params: MethodParams, ctx: BiasContext) -> t
     """
     _expect_kind(spec, Kind.BIAS)
     if not spec.toeplitz:
-        raise InvalidInput(
-            ("body", "form"), f"{spec.name!r} does not depend on i - j alone; ask for form='dense'"
-        )
+        raise InvalidInput(("body", "form"), f"{spec.name!r} does not depend on i - j alone; ask for form='dense'")
     width = ctx.query_length + ctx.key_length - 1
     # Queries at 0..width-1 against the single key at Nk-1 give every i - j in [-(Nk-1), Nq-1] once.
     q_pos = torch.arange(width, dtype=torch.int64, device=ctx.device)  # (width,)

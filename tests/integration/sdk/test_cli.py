@@ -54,9 +54,7 @@ def test_bias_to_files(compute_gateway: Any, tmp_path: Path) -> None:
 
 def test_errors_exit_non_zero_with_the_problem_on_stderr(compute_gateway: Any, tmp_path: Path) -> None:
     target = str(tmp_path / "x.npy")
-    missing = run_cli(
-        "bias", "no_such_method", "--heads", "1", "--length", "2", "-o", target, url=compute_gateway.url
-    )
+    missing = run_cli("bias", "no_such_method", "--heads", "1", "--length", "2", "-o", target, url=compute_gateway.url)
     assert missing.returncode == 1
     assert "404" in missing.stderr
     assert "no_such_method" in missing.stderr
@@ -105,9 +103,7 @@ def test_jobs_commands(job_stack: str, corpus: Path, tmp_path: Path) -> None:
     waited = run_cli("jobs", "wait", job["id"], "--json", url=job_stack)
     assert json.loads(waited.stdout)["id"] == job["id"]
 
-    artifact = run_cli(
-        "jobs", "artifact", job["id"], "table.csv", "-o", str(tmp_path / "t.csv"), url=job_stack
-    )
+    artifact = run_cli("jobs", "artifact", job["id"], "table.csv", "-o", str(tmp_path / "t.csv"), url=job_stack)
     assert artifact.returncode == 0, artifact.stderr
     assert (tmp_path / "t.csv").read_text().startswith("method")
 

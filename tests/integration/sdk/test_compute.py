@@ -72,9 +72,7 @@ def test_bias_return_formats_agree(call: Call, return_format: str) -> None:
     np.testing.assert_array_equal(values, alibi_reference(2, 5).numpy())
 
 
-@pytest.mark.parametrize(
-    "accept", ["application/json", "application/vnd.safetensors", "application/octet-stream"]
-)
+@pytest.mark.parametrize("accept", ["application/json", "application/vnd.safetensors", "application/octet-stream"])
 def test_bias_every_media_type_decodes_the_same(call: Call, accept: str) -> None:
     result = call(lambda c: c.bias.compute("alibi", num_heads=4, query_length=5, causal=False, accept=accept))
     assert result.media_type == accept
@@ -87,9 +85,7 @@ def test_bias_every_media_type_decodes_the_same(call: Call, accept: str) -> None
 def test_bias_toeplitz_form_expands_to_the_dense_bias(call: Call) -> None:
     dense = call(lambda c: c.bias.compute("alibi", num_heads=2, query_length=4, key_length=6, causal=False))
     table = call(
-        lambda c: c.bias.compute(
-            "alibi", num_heads=2, query_length=4, key_length=6, causal=False, form="toeplitz"
-        )
+        lambda c: c.bias.compute("alibi", num_heads=2, query_length=4, key_length=6, causal=False, form="toeplitz")
     )
     assert table.bias.shape == (2, 4 + 6 - 1)
     i = torch.arange(4)[:, None]
@@ -102,9 +98,7 @@ def test_bfloat16_bias_as_torch_and_as_numpy_bits(call: Call) -> None:
     assert as_torch.bias.dtype == torch.bfloat16
     with pytest.warns(BFloat16BitsWarning, match="uint16 bit patterns"):
         as_bits = call(
-            lambda c: c.bias.compute(
-                "alibi", num_heads=2, query_length=3, dtype="bfloat16", return_format="numpy"
-            )
+            lambda c: c.bias.compute("alibi", num_heads=2, query_length=3, dtype="bfloat16", return_format="numpy")
         )
     assert as_bits.bias.dtype == np.uint16
     widened = bfloat16_bits_to_float32(as_bits.bias)
@@ -204,3 +198,22 @@ def test_attention_weights_mask_and_stats(call: Call, upload: str) -> None:
     plain = call(lambda c: c.attention.compute(q, k, method="rope", stats=False, causal=False))
     assert set(plain.tensors) == {"weights"}
     assert plain.entropy is None
+
+
+# ------------------------------------------------------------------------------------------------- plots
+def test_per_head_heatmaps_of_a_bias_and_an_attention_map(compute_gateway: Any, tmp_path: Path) -> None:
+    from posenc_client.plot import plot_heads
+
+    with Client(base_url=compute_gateway.url) as client:
+        bias = client.bias.compute("alibi", num_heads=6, query_length=8)
+        spec = {"random": {"shape": [2, 3, 8, 8]}}
+        attention = client.attention.compute(spec, spec, method="rope")
+    figure = plot_heads(bias, columns=4, title="ALiBi")
+    heatmaps = [axis for axis in figure.axes if axis.get_images()]
+    assert len(heatmaps) == 6
+    assert heatmaps[0].get_images()[0].get_array().mask[0, 1]  # -inf above the diagonal is left blank
+    figure.savefig(tmp_path / "bias.png")
+    assert (tmp_path / "bias.png").read_bytes()[:4] == b"\x89PNG"
+    assert len([axis for axis in plot_heads(attention, batch_index=1).axes if axis.get_images()]) == 3
+    with pytest.raises(ValueError, match="expected"):
+        plot_heads(np.zeros(5))

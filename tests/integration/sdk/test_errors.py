@@ -73,9 +73,7 @@ def test_invalid_fields_are_a_validation_error_naming_them(call: Call) -> None:
     assert "num_heads" in str(error)
 
     with pytest.raises(ValidationError) as caught:
-        call(
-            lambda c: c.rotary.apply({"random": {"shape": [1, 1, 4, 8]}}, method="rope_yarn", rotate="query")
-        )
+        call(lambda c: c.rotary.apply({"random": {"shape": [1, 1, 4, 8]}}, method="rope_yarn", rotate="query"))
     assert any(field.field.startswith("params.") for field in caught.value.errors)
 
 

@@ -47,8 +47,6 @@ def test_httpx_is_imported_by_the_transport_module_only() -> None:
     importers = sorted(
         str(path.relative_to(package))
         for path in package.rglob("*.py")
-        if any(
-            line.strip().startswith(("import httpx", "from httpx")) for line in path.read_text().splitlines()
-        )
+        if any(line.strip().startswith(("import httpx", "from httpx")) for line in path.read_text().splitlines())
     )
     assert importers == ["_transport.py"]

@@ -46,18 +46,14 @@ def long_train_spec(corpus: Path) -> dict[str, Any]:
     return spec
 
 
-def test_benchmark_job_sync(
-    job_stack: str, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_benchmark_job_sync(job_stack: str, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[Job] = []
     with Client(base_url=job_stack) as client:
         job = client.jobs.create("benchmark", benchmark_spec(corpus), idempotency_key="bench-1")
         assert job.status == "queued"
         assert client.jobs.create("benchmark", benchmark_spec(corpus), idempotency_key="bench-1").id == job.id
 
-        finished = client.jobs.wait(
-            job.id, timeout=300, poll_interval=0.2, on_progress=seen.append, progress_bar=True
-        )
+        finished = client.jobs.wait(job.id, timeout=300, poll_interval=0.2, on_progress=seen.append, progress_bar=True)
         assert finished.status == "succeeded"
         assert finished.progress is not None
         assert finished.progress.step == finished.progress.total
@@ -155,9 +151,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {
-            key: value for key, value in self.headers.items() if key.lower() not in ("host", "connection")
-        }
+        headers = {key: value for key, value in self.headers.items() if key.lower() not in ("host", "connection")}
         self.server.seen.append((self.command, self.path, headers))
         answer = httpx.request(self.command, self.server.upstream + self.path, headers=headers, content=body)
         if self.command == "POST" and self.path == "/v1/jobs" and self.server.first_answer is None:
@@ -189,9 +183,7 @@ def losing_proxy(job_stack: str) -> Iterator[LosingProxy]:
     proxy.server_close()
 
 
-def test_job_creation_retry_reuses_its_idempotency_key(
-    losing_proxy: LosingProxy, job_stack: str, corpus: Path
-) -> None:
+def test_job_creation_retry_reuses_its_idempotency_key(losing_proxy: LosingProxy, job_stack: str, corpus: Path) -> None:
     events: list[RetryEvent] = []
     with Client(base_url=losing_proxy.url, on_retry=events.append) as client:
         job = client.jobs.create("benchmark", benchmark_spec(corpus, steps=5))

@@ -39,9 +39,7 @@ def test_503_is_retried_after_retry_after_until_the_slot_frees(call: Call, one_s
     elapsed = time.monotonic() - started
     assert result.bias.shape == (2, 3, 3)
     assert [(event.attempt, event.status) for event in events] == [(1, 503), (2, 503)]
-    assert all(
-        event.retry_after_s == 1.0 and event.delay_s == 1.0 for event in events
-    )  # the hint, not backoff
+    assert all(event.retry_after_s == 1.0 and event.delay_s == 1.0 for event in events)  # the hint, not backoff
     assert elapsed >= 2.0
 
 
