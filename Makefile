@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]" -e "./clients/python[all]"
+	$(BIN)/pip install -q -e ".[dev]" -e "./clients/python[all,codegen]"
 	touch $(STAMP)
 
 install: $(STAMP)

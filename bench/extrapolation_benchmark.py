@@ -33,11 +33,7 @@ class PrintingHooks:
         self.started = time.perf_counter()
 
     def progress(self, progress: Progress) -> None:
-        if (
-            progress.step % self.every == 0
-            or progress.step == progress.total
-            or "eval" in (progress.stage or "")
-        ):
+        if progress.step % self.every == 0 or progress.step == progress.total or "eval" in (progress.stage or ""):
             elapsed = time.perf_counter() - self.started
             loss = f"{progress.loss:.3f}" if progress.loss is not None else "-"
             print(
@@ -72,9 +68,7 @@ def ppl(result: dict[str, Any], method: str, length: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default_data = os.environ.get("POSENC_DATA_DIR") or str(REPO_ROOT / ".." / "shared" / "data")
     parser.add_argument("--data-dir", type=Path, default=Path(default_data))
     parser.add_argument("--out", type=Path, default=None, help="job directory (default: a new temp dir)")
@@ -98,12 +92,7 @@ def main() -> int:
 
     lengths = result["lengths"]
     print(f"\nprotocol {result['protocol']}, train length {result['train_length']}, seed 0")
-    print(
-        "method      "
-        + "".join(f"  ppl@{n:<5}" for n in lengths)
-        + "  "
-        + "".join(f"  nll@{n:<5}" for n in lengths)
-    )
+    print("method      " + "".join(f"  ppl@{n:<5}" for n in lengths) + "  " + "".join(f"  nll@{n:<5}" for n in lengths))
     for method in ("sinusoidal", "rope", "alibi"):
         ppls = "".join(f"  {ppl(result, method, n):9.3f}" for n in lengths)
         nlls = "".join(
@@ -119,12 +108,9 @@ def main() -> int:
 
     base = spec.train.length
     checks = {
-        "sinusoidal ppl(2L) >= 2 ppl(L)": ppl(result, "sinusoidal", 2 * base)
-        >= 2 * ppl(result, "sinusoidal", base),
+        "sinusoidal ppl(2L) >= 2 ppl(L)": ppl(result, "sinusoidal", 2 * base) >= 2 * ppl(result, "sinusoidal", base),
         "rope ppl(8L) > alibi ppl(8L)": ppl(result, "rope", 8 * base) > ppl(result, "alibi", 8 * base),
-        "alibi ppl(8L) within 10% of ppl(L)": abs(
-            ppl(result, "alibi", 8 * base) / ppl(result, "alibi", base) - 1
-        )
+        "alibi ppl(8L) within 10% of ppl(L)": abs(ppl(result, "alibi", 8 * base) / ppl(result, "alibi", base) - 1)
         <= 0.10,
         "under 10 minutes": wall <= 600,
     }

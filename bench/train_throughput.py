@@ -104,7 +104,7 @@ def plain_tokens_per_s(args: argparse.Namespace, batches: list[Batch]) -> float:
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-    return args.steps * args.batch * args.length / (time.perf_counter() - began)
+    return float(args.steps * args.batch * args.length / (time.perf_counter() - began))
 
 
 def job_tokens_per_s(args: argparse.Namespace, batches: list[Batch]) -> float:

@@ -37,9 +37,7 @@ from posenc.errors import InvalidInput
 TaskName = Literal["copy", "reverse", "addition"]
 
 STDLIB_CORPUS_CHARS = 3_000_000  # a few MB: enough for 1000s of steps at B=32, T=128 without repeating much
-_STDLIB_SKIPPED_DIRS = frozenset(
-    {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-)
+_STDLIB_SKIPPED_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"})
 
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<sep>", "<eos>")
@@ -61,9 +59,7 @@ def stdlib_sources() -> list[Path]:
     """
     root = Path(sysconfig.get_paths()["stdlib"])
     files = [
-        path
-        for path in root.rglob("*.py")
-        if not _STDLIB_SKIPPED_DIRS.intersection(path.relative_to(root).parts[:-1])
+        path for path in root.rglob("*.py") if not _STDLIB_SKIPPED_DIRS.intersection(path.relative_to(root).parts[:-1])
     ]
     return sorted(files, key=lambda path: path.relative_to(root).as_posix())
 
@@ -124,8 +120,7 @@ def corpus_path(name: str, data_dir: Path | None) -> Path | None:
         if directory is None:
             raise InvalidInput(
                 ("body", "spec", "data", "corpus"),
-                "corpus 'tinyshakespeare' needs a data directory (POSENC_DATA_DIR) "
-                "holding tinyshakespeare.txt",
+                "corpus 'tinyshakespeare' needs a data directory (POSENC_DATA_DIR) holding tinyshakespeare.txt",
             )
         path = directory / "tinyshakespeare.txt"
     else:
@@ -165,9 +160,7 @@ def encode(text: str, vocab: Sequence[str]) -> torch.Tensor:
     try:
         return torch.tensor([index[char] for char in text], dtype=torch.int64)
     except KeyError as exc:
-        raise InvalidInput(
-            ("body", "spec", "data"), f"character {exc.args[0]!r} is not in the vocabulary"
-        ) from None
+        raise InvalidInput(("body", "spec", "data"), f"character {exc.args[0]!r} is not in the vocabulary") from None
 
 
 def char_corpus(text: str, val_fraction: float = 0.1, vocab: Sequence[str] | None = None) -> CharCorpus:
@@ -183,9 +176,7 @@ def text_batch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows: inputs and next-character targets, each (B, T) int64, starts from ``generator``."""
     if len(ids) < length + 1:
-        raise InvalidInput(
-            ("body", "spec", "train", "length"), f"corpus split of {len(ids)} chars < length + 1"
-        )
+        raise InvalidInput(("body", "spec", "train", "length"), f"corpus split of {len(ids)} chars < length + 1")
     starts = torch.randint(0, len(ids) - length, (batch_size,), generator=generator)  # (B,)
     windows = ids[starts[:, None] + torch.arange(length + 1)[None, :]]  # (B, T + 1)
     return windows[:, :-1], windows[:, 1:]

@@ -66,9 +66,7 @@ def default_stride(length: int) -> int:
     return max(1, length // 2)
 
 
-def protocol_windows(
-    available: int, length: int, protocol: Protocol, stride: int | None = None
-) -> list[Window]:
+def protocol_windows(available: int, length: int, protocol: Protocol, stride: int | None = None) -> list[Window]:
     """The windows a protocol scores with ``available`` targets; raises ValueError if not even one fits."""
     if available < length:
         raise ValueError(f"{available} validation targets are fewer than one window of {length}")

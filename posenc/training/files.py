@@ -37,9 +37,7 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def save_model(
-    model: TinyTransformer, metadata: dict[str, Any], directory: Path, stem: str = "model"
-) -> None:
+def save_model(model: TinyTransformer, metadata: dict[str, Any], directory: Path, stem: str = "model") -> None:
     """Weights as ``<stem>.safetensors`` and ``{"config": ..., **metadata}`` as ``<stem>.json``."""
     weights = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     temporary = _temporary(directory / f"{stem}.safetensors")
@@ -48,9 +46,7 @@ def save_model(
     write_json_atomic(directory / f"{stem}.json", {"config": model.config.to_json(), **metadata})
 
 
-def load_model(
-    directory: Path, stem: str = "model", device: str = "cpu"
-) -> tuple[TinyTransformer, dict[str, Any]]:
+def load_model(directory: Path, stem: str = "model", device: str = "cpu") -> tuple[TinyTransformer, dict[str, Any]]:
     """Rebuild a saved model (weights exactly as saved) and return it with its JSON metadata."""
     metadata: dict[str, Any] = read_json(directory / f"{stem}.json")
     model = TinyTransformer(ModelConfig.from_json(metadata["config"]))

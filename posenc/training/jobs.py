@@ -98,14 +98,10 @@ def validate_spec(kind: JobKind, spec: JobSpec) -> None:
     """Raise for what the schema cannot check. Unknown methods raise ``UnknownMethodError``, bad params
     ``pydantic.ValidationError``, everything else ``InvalidInput`` naming the field."""
     if kind != "benchmark" and len(spec.methods) != 1:
-        raise InvalidInput(
-            (*SPEC, "methods"), f"a {kind} job takes exactly one method; use 'benchmark' for several"
-        )
+        raise InvalidInput((*SPEC, "methods"), f"a {kind} job takes exactly one method; use 'benchmark' for several")
     if spec.checkpoint is not None:
         if kind != "extrapolate":
-            raise InvalidInput(
-                (*SPEC, "checkpoint"), "only an extrapolate job evaluates an existing checkpoint"
-            )
+            raise InvalidInput((*SPEC, "checkpoint"), "only an extrapolate job evaluates an existing checkpoint")
         if not CHECKPOINT_ID.match(spec.checkpoint):
             raise InvalidInput((*SPEC, "checkpoint"), "must be the id of a finished train job")
     if spec.data.task is not None and train_task_size(spec) < 1:
@@ -115,6 +111,8 @@ def validate_spec(kind: JobKind, spec: JobSpec) -> None:
             f"task {spec.data.task!r} needs train.length >= {minimum} (one instance of size 1)",
         )
     lengths = eval_lengths(spec)
+    if not lengths:
+        raise InvalidInput((*SPEC, "eval", "lengths"), "give at least one length, or leave it out")
     if spec.eval.protocol == "sliding" and spec.eval.stride is not None and spec.eval.stride > min(lengths):
         raise InvalidInput(
             (*SPEC, "eval", "stride"), f"stride {spec.eval.stride} is longer than eval length {min(lengths)}"
@@ -156,9 +154,7 @@ def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, 
                 method, params, RotaryContext(rotary_dim=dim // heads, seq_len=spec.train.length)
             )
             if freqs.num_axes != 1:
-                raise InvalidInput(
-                    (*loc, "method"), f"{method.name!r} rotates by {freqs.num_axes}D positions"
-                )
+                raise InvalidInput((*loc, "method"), f"{method.name!r} rotates by {freqs.num_axes}D positions")
     except InvalidInput as exc:
         if exc.loc[:2] == SPEC:
             raise
@@ -351,17 +347,13 @@ def _run_dir(job_dir: Path, index: int, ref: MethodRef, seed: int) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------- kinds
-def _run_train(
-    spec: JobSpec, job_dir: Path, data: PreparedData, progress: JobProgress, device: str
-) -> dict[str, Any]:
+def _run_train(spec: JobSpec, job_dir: Path, data: PreparedData, progress: JobProgress, device: str) -> dict[str, Any]:
     ref = spec.methods[0]
     runs: list[dict[str, Any]] = []
     curves: dict[str, list[float]] = {}
     for position, seed in enumerate(spec.seeds):
         label = f"{ref.method} seed {seed}"
-        model, record = _train_one(
-            spec, ref, seed, data, _run_dir(job_dir, 0, ref, seed), progress, device, label
-        )
+        model, record = _train_one(spec, ref, seed, data, _run_dir(job_dir, 0, ref, seed), progress, device, label)
         [score] = _evaluate(model, data, spec, [in_distribution_length(spec)], device, None, label)
         stem = "model" if position == 0 else f"model-seed{seed}"
         metadata = {
@@ -413,8 +405,7 @@ def _extrapolate_checkpoint(
     if metadata["method"] != spec.methods[0].method:
         raise InvalidInput(
             (*SPEC, "methods", 0, "method"),
-            f"checkpoint {spec.checkpoint!r} was trained with {metadata['method']!r}, "
-            f"not {spec.methods[0].method!r}",
+            f"checkpoint {spec.checkpoint!r} was trained with {metadata['method']!r}, not {spec.methods[0].method!r}",
         )
     trained = spec.model_copy(
         update={
@@ -472,9 +463,7 @@ def _run_methods(
                 results.append((label, seed, read_json(done_file)["rows"]))
                 progress.advance(per_run, f"skip {label} seed {seed} (done)")
                 continue
-            model, record = _train_one(
-                spec, ref, seed, data, run_dir, progress, device, f"{label} seed {seed}"
-            )
+            model, record = _train_one(spec, ref, seed, data, run_dir, progress, device, f"{label} seed {seed}")
             rows = _evaluate(model, data, spec, lengths, device, progress, f"{label} seed {seed}")
             write_json_atomic(
                 done_file,
@@ -546,9 +535,7 @@ def run_job(
     elif kind == "extrapolate":
         runs = _run_methods(spec, job_dir, prepare_data(spec, data_dir), progress, device, eval_lengths(spec))
         ref = spec.methods[0]
-        result = _extrapolate_result(
-            spec, ref.method, ref.params, {seed: rows for _, seed, rows in runs}, None
-        )
+        result = _extrapolate_result(spec, ref.method, ref.params, {seed: rows for _, seed, rows in runs}, None)
     else:
         result = _run_benchmark(spec, job_dir, prepare_data(spec, data_dir), progress, device)
     result["device"] = device

@@ -83,15 +83,11 @@ class PositionalEncoding(nn.Module):
         self.dim = config.dim
         self.heads = config.heads
         self.head_dim = config.head_dim
-        self.pairing: Pairing = (
-            "interleaved" if getattr(self.params, "pairing", "half") == "interleaved" else "half"
-        )
+        self.pairing: Pairing = "interleaved" if getattr(self.params, "pairing", "half") == "interleaved" else "half"
         self.learned = nn.ParameterDict()
         if self.spec.learned:
             if self.spec.learned_init is None:
-                raise ValueError(
-                    f"{config.method!r} is learned but has no learned_init, so it cannot be trained"
-                )
+                raise ValueError(f"{config.method!r} is learned but has no learned_init, so it cannot be trained")
             initial = self.spec.learned_init(self.params, self._init_context(config.train_length))
             for name, tensor in initial.items():
                 self.learned[name] = nn.Parameter(torch.as_tensor(tensor, dtype=torch.float32).clone())
@@ -134,9 +130,7 @@ class PositionalEncoding(nn.Module):
         """The float additive mask (H, T, T): bias + causal −inf; None when attention is plain causal."""
         if self.kind is not Kind.BIAS:
             return None
-        ctx = BiasContext(
-            num_heads=self.heads, query_length=length, key_length=length, causal=True, device=device
-        )
+        ctx = BiasContext(num_heads=self.heads, query_length=length, key_length=length, causal=True, device=device)
         mask: torch.Tensor = self._cached(
             "bias", length, device, lambda: bias_dense(self.spec, self._current_params(), ctx).to(device)
         )
@@ -217,9 +211,7 @@ class TinyTransformer(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.dim)
-        self.blocks = nn.ModuleList(
-            Block(config.dim, config.heads, config.ffn_mult) for _ in range(config.layers)
-        )
+        self.blocks = nn.ModuleList(Block(config.dim, config.heads, config.ffn_mult) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
         self._init_weights(seed)

@@ -69,17 +69,13 @@ def plot_png(summary: Sequence[Row], metric: str, train_length: int, title: str)
         methods = sorted({row["method"] for row in summary if row["metric"] == metric})
         for method in methods:
             points = sorted(
-                (row["length"], row["mean"])
-                for row in summary
-                if row["method"] == method and row["metric"] == metric
+                (row["length"], row["mean"]) for row in summary if row["method"] == method and row["metric"] == metric
             )
             axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=method)
         axes.set_xscale("log", base=2)
         if metric == "ppl":
             axes.set_yscale("log")
-        axes.axvline(
-            train_length, color="grey", linestyle="--", linewidth=1, label=f"train length {train_length}"
-        )
+        axes.axvline(train_length, color="grey", linestyle="--", linewidth=1, label=f"train length {train_length}")
         axes.set_xlabel("evaluation length")
         axes.set_ylabel(metric)
         axes.set_title(title)

@@ -139,7 +139,7 @@ def train(
     checkpoint = checkpoint_dir / CHECKPOINT_NAME if checkpoint_dir is not None else None
 
     if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=target, weights_only=True)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)  # RNG states must stay on the CPU
         if state.get("fingerprint") == fingerprint:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])

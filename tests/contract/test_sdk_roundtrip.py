@@ -107,9 +107,7 @@ def test_job_records(tmp_path: Path) -> None:
         kind="benchmark",
         status="succeeded",
         progress=server_jobs.JobProgress(step=10, total=10, loss=1.5, eta_s=0.0, stage="eval 256"),
-        result={
-            "table": [{"method": "rope", "seed": 0, "length": 128, "metric": "perplexity", "value": 3.2}]
-        },
+        result={"table": [{"method": "rope", "seed": 0, "length": 128, "metric": "perplexity", "value": 3.2}]},
         error=None,
         artifacts=[server_jobs.Artifact(name="plot.png", url="/v1/jobs/abc123/artifacts/plot.png", size=10)],
         spec=create.spec.model_dump(mode="json"),

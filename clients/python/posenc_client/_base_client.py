@@ -151,9 +151,7 @@ class BaseClient:
             return request
         return replace(request, headers={**request.headers, RETRY_COUNT_HEADER: str(retries_done)})
 
-    def _delay_after_response(
-        self, request: HTTPRequest, response: HTTPResponse, *, retries_done: int
-    ) -> float | None:
+    def _delay_after_response(self, request: HTTPRequest, response: HTTPResponse, *, retries_done: int) -> float | None:
         """None: the response is final (success, or an error to raise). Else seconds to wait, then retry."""
         if response.status < 400:
             return None
@@ -207,9 +205,7 @@ class BaseClient:
     def _raise_for_status(request: HTTPRequest, response: HTTPResponse) -> None:
         if response.status < 400:
             return
-        problem = ProblemDetails.from_body(
-            status=response.status, reason=response.reason, body=response.content
-        )
+        problem = ProblemDetails.from_body(status=response.status, reason=response.reason, body=response.content)
         error_class: type[APIStatusError] = error_class_for(response.status)
         raise error_class(
             problem=problem,

@@ -191,9 +191,7 @@ class AsyncClient(BaseClient):
         retries_done = 0
         while True:
             try:
-                response = await self._transport.send(
-                    self._attempt_request(request, retries_done=retries_done)
-                )
+                response = await self._transport.send(self._attempt_request(request, retries_done=retries_done))
             except APIConnectionError as error:
                 delay = self._delay_after_connection_error(request, error, retries_done=retries_done)
                 if delay is None:

@@ -115,9 +115,7 @@ class APIError(Exception):
 class APIStatusError(APIError):
     """The server answered with an error status; its problem details are on the exception."""
 
-    def __init__(
-        self, *, problem: ProblemDetails, body: bytes, headers: dict[str, str], method: str, url: str
-    ) -> None:
+    def __init__(self, *, problem: ProblemDetails, body: bytes, headers: dict[str, str], method: str, url: str) -> None:
         text = f"{problem.status} {problem.title}"
         if problem.detail:
             text += f": {problem.detail}"

@@ -2,8 +2,9 @@
 
 Policy: retry connection errors, timeouts and the statuses in ``RETRYABLE_STATUSES`` (408, 429, 502, 503,
 504), and a 409 that carries Retry-After (a job creation with the same Idempotency-Key still in progress), up
-to ``max_retries`` times; ``X-Should-Retry: true|false`` from the server overrides the status rule. Wait what the server's ``Retry-After`` (or ``Retry-After-Ms``) says when it
-says something between 0 and ``max_retry_after`` seconds; a longer hint is not waited out (the error is
+to ``max_retries`` times; ``X-Should-Retry: true|false`` from the server overrides the status rule.
+Wait what the server's ``Retry-After`` (or ``Retry-After-Ms``) says when it says something between 0 and
+``max_retry_after`` seconds; a longer hint is not waited out (the error is
 raised at once, with ``retry_after`` on it). Without a hint, wait 0.5 s doubling up to 8 s, times a jitter
 factor in (0.75, 1].
 """
@@ -65,9 +66,7 @@ class RetryPolicy:
         base = min(self.initial_delay_s * 2.0**retries_done, self.max_delay_s)
         return base * (1.0 - 0.25 * random.random())
 
-    def delay_after_status(
-        self, *, status: int, headers: Mapping[str, str], retries_done: int
-    ) -> float | None:
+    def delay_after_status(self, *, status: int, headers: Mapping[str, str], retries_done: int) -> float | None:
         """Seconds to wait before retrying after an error status, or None to give up and raise."""
         if retries_done >= self.max_retries:
             return None

@@ -17,9 +17,7 @@ from posenc_client._tensors import BY_SAFETENSORS_CODE, RawTensor, dtype_info
 MAX_HEADER_BYTES = 100_000_000
 
 
-def write_safetensors(
-    tensors: Mapping[str, RawTensor], *, metadata: Mapping[str, str] | None = None
-) -> bytes:
+def write_safetensors(tensors: Mapping[str, RawTensor], *, metadata: Mapping[str, str] | None = None) -> bytes:
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)

@@ -77,9 +77,7 @@ class RawTensor:
     def __post_init__(self) -> None:
         expected = math.prod(self.shape) * dtype_info(self.dtype).itemsize
         if len(self.data) != expected:
-            raise ValueError(
-                f"{len(self.data)} bytes for {self.dtype} {list(self.shape)}; expected {expected}"
-            )
+            raise ValueError(f"{len(self.data)} bytes for {self.dtype} {list(self.shape)}; expected {expected}")
 
     @property
     def num_elements(self) -> int:
@@ -106,9 +104,7 @@ def encode_input(value: Any, *, default_dtype: str) -> RawTensor:
         return _from_numpy(value)
     if isinstance(value, Sequence | int | float | bool) and not isinstance(value, str | bytes):
         return _from_nested(value, dtype=default_dtype)
-    raise TypeError(
-        f"cannot send {type(value).__name__} as a tensor; give a torch tensor, numpy array or list"
-    )
+    raise TypeError(f"cannot send {type(value).__name__} as a tensor; give a torch tensor, numpy array or list")
 
 
 def _from_torch(tensor: Any) -> RawTensor:

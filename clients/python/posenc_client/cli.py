@@ -57,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")
 
     submit = job_commands.add_parser("submit", help="queue a job from a JSON spec file")
-    submit.add_argument(
-        "spec", type=Path, help="SPEC.json: the job spec (methods, data, model, train, eval, ...)"
-    )
+    submit.add_argument("spec", type=Path, help="SPEC.json: the job spec (methods, data, model, train, eval, ...)")
     submit.add_argument("--kind", required=True, choices=["train", "extrapolate", "benchmark"])
     submit.add_argument("--idempotency-key", help="reuse to make a repeated submit return the same job")
     _wait_options(submit)
@@ -72,9 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     get.set_defaults(run=_jobs_get)
 
     listing = job_commands.add_parser("list", help="list recent jobs")
-    listing.add_argument(
-        "--status", choices=["queued", "running", "succeeded", "failed", "cancelled", "expired"]
-    )
+    listing.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "cancelled", "expired"])
     listing.add_argument("--kind", choices=["train", "extrapolate", "benchmark"])
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=_jobs_list)
@@ -130,9 +126,7 @@ def _method_row(method: MethodInfo) -> list[str]:
 def _bias(client: Client, args: argparse.Namespace) -> int:
     suffix = args.output.suffix.lower()
     if suffix not in (".safetensors", ".npy"):
-        print(
-            f"posenc-client: -o must end in .safetensors or .npy, not {args.output.name!r}", file=sys.stderr
-        )
+        print(f"posenc-client: -o must end in .safetensors or .npy, not {args.output.name!r}", file=sys.stderr)
         return EXIT_USAGE
     path = client.bias.save(
         args.method,

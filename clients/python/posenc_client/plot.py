@@ -92,9 +92,7 @@ def plot_metric_vs_length(
     by_method: dict[str, dict[int, list[float]]] = {}
     for row in rows:
         if row["metric"] == chosen:
-            by_method.setdefault(str(row["method"]), {}).setdefault(int(row["length"]), []).append(
-                float(row["value"])
-            )
+            by_method.setdefault(str(row["method"]), {}).setdefault(int(row["length"]), []).append(float(row["value"]))
     figure = _new_figure(width=6.0, height=4.0)
     axis = figure.subplots()
     for method, by_length in sorted(by_method.items()):

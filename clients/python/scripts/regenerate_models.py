@@ -62,7 +62,7 @@ CODEGEN_OPTIONS = (
     "builtin",
 )
 # Formatted afterwards with ruff in isolated mode, so the output does not depend on where it is written.
-RUFF_FORMAT = ("format", "--isolated", "--line-length", "110", "--target-version", "py311", "--quiet")
+RUFF_FORMAT = ("format", "--isolated", "--line-length", "120", "--target-version", "py311", "--quiet")
 
 
 def openapi_document() -> dict[str, object]:
@@ -101,9 +101,7 @@ def generate_models(*, openapi: Path = SNAPSHOT, output: Path = MODELS) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--snapshot", action="store_true", help="first rewrite the snapshot from the app")
     parser.add_argument("--openapi", type=Path, default=SNAPSHOT, help="OpenAPI document to generate from")
     parser.add_argument("--output", type=Path, default=MODELS, help="where the generated module goes")

@@ -59,9 +59,7 @@ def test_missing_corpus_is_an_invalid_input(tmp_path: Path) -> None:
         load_corpus_text("tinyshakespeare", tmp_path)
 
 
-def test_stdlib_corpus_is_deterministic_ascii_and_cached(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stdlib_corpus_is_deterministic_ascii_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(data, "STDLIB_CORPUS_CHARS", 200_000)
     built = data.stdlib_corpus(tmp_path)
     assert len(built) == 200_000

@@ -51,9 +51,7 @@ def test_validation_refuses_what_the_schema_cannot_check(text_file: Path) -> Non
     with pytest.raises(UnknownMethodError):
         validate_spec("train", tiny_spec(text_file, ["no_such_method"]))
     with pytest.raises(ValidationError):
-        validate_spec(
-            "train", tiny_spec(text_file, ["rope"], methods=[{"method": "rope", "params": {"base": -1}}])
-        )
+        validate_spec("train", tiny_spec(text_file, ["rope"], methods=[{"method": "rope", "params": {"base": -1}}]))
     with pytest.raises(InvalidInput, match="2D/3D") as refused:
         validate_spec("train", tiny_spec(text_file, ["sinusoidal_2d"]))
     assert refused.value.loc == ("body", "spec", "methods", 0, "method")
@@ -65,6 +63,8 @@ def test_validation_refuses_what_the_schema_cannot_check(text_file: Path) -> Non
         validate_spec("extrapolate", tiny_spec(text_file, ["rope"], checkpoint="../etc"))
     with pytest.raises(InvalidInput, match=r"train\.length >= 5"):
         validate_spec("train", tiny_spec(None, ["rope"], train={"length": 4}))
+    with pytest.raises(InvalidInput, match="at least one length"):
+        validate_spec("benchmark", tiny_spec(text_file, ["rope"], eval={"lengths": []}))
     validate_spec("benchmark", tiny_spec(text_file, ["rope", "alibi", "sinusoidal"]))
 
 
@@ -112,9 +112,7 @@ def test_benchmark_end_to_end_table_csv_png_and_resume(text_file: Path, tmp_path
     table = result["table"]
     assert len(table) == 2 * 2 * 2 * 2  # methods x seeds x lengths x {ppl, nll}
     assert set(table[0]) == {"method", "seed", "length", "metric", "value"}
-    assert {(r["method"], r["metric"]) for r in table} == {
-        (m, k) for m in ("rope", "alibi") for k in ("ppl", "nll")
-    }
+    assert {(r["method"], r["metric"]) for r in table} == {(m, k) for m in ("rope", "alibi") for k in ("ppl", "nll")}
     for row in table:
         if row["metric"] == "ppl":
             nll = next(
@@ -140,15 +138,11 @@ def test_benchmark_end_to_end_table_csv_png_and_resume(text_file: Path, tmp_path
     assert [r.step for r in hooks.reports] == list(range(1, total + 1))
     assert all(r.total == total for r in hooks.reports)
 
-    assert (
-        run("benchmark", spec, tmp_path / "job") == result
-    )  # redelivered after the end: the recorded result
+    assert run("benchmark", spec, tmp_path / "job") == result  # redelivered after the end: the recorded result
     (tmp_path / "job" / "result.json").unlink()
     redelivered = Hooks()
     assert run("benchmark", spec, tmp_path / "job", redelivered)["table"] == table
-    assert all(
-        (r.stage or "").startswith("skip") for r in redelivered.reports
-    )  # finished sub-runs are skipped
+    assert all((r.stage or "").startswith("skip") for r in redelivered.reports)  # finished sub-runs are skipped
 
 
 def test_a_cancelled_benchmark_resumes_to_the_same_table(text_file: Path, tmp_path: Path) -> None:
@@ -185,9 +179,7 @@ def test_train_then_extrapolate_the_saved_checkpoint(text_file: Path, tmp_path: 
 
 
 def test_extrapolate_trains_first_and_names_the_sliding_protocol(text_file: Path, tmp_path: Path) -> None:
-    spec = tiny_spec(
-        text_file, ["rope"], eval={"lengths": [16, 32], "protocol": "sliding", "max_tokens": 128}
-    )
+    spec = tiny_spec(text_file, ["rope"], eval={"lengths": [16, 32], "protocol": "sliding", "max_tokens": 128})
     result = run("extrapolate", spec, tmp_path / "job")
     assert result["protocol"] == "sliding"
     assert [(r["length"], r["stride"], r["tokens"]) for r in result["rows"]] == [(16, 8, 128), (32, 16, 128)]

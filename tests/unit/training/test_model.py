@@ -16,9 +16,7 @@ VOCAB = 11
 
 
 def tiny_config(method: str, **params: object) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=VOCAB, layers=2, dim=16, heads=2, method=method, params=dict(params), train_length=8
-    )
+    return ModelConfig(vocab_size=VOCAB, layers=2, dim=16, heads=2, method=method, params=dict(params), train_length=8)
 
 
 @pytest.mark.parametrize("method", ["nope", "sinusoidal", "alibi", "rope"])
@@ -37,9 +35,7 @@ def test_lm_x_model_has_the_published_parameter_count() -> None:
 
 
 def test_same_seed_gives_identical_non_pe_weights_for_every_method() -> None:
-    states = [
-        TinyTransformer(tiny_config(m), seed=3).state_dict() for m in ("nope", "sinusoidal", "alibi", "rope")
-    ]
+    states = [TinyTransformer(tiny_config(m), seed=3).state_dict() for m in ("nope", "sinusoidal", "alibi", "rope")]
     reference = states[0]
     for state in states[1:]:
         assert state.keys() == reference.keys()  # fixed PEs add no state

@@ -30,9 +30,7 @@ def tiny_setup(text_file: Path, method: str = "rope") -> tuple[ModelConfig, Batc
 
 def assert_same_run(first: TrainOutcome, second: TrainOutcome) -> None:
     assert first.losses == second.losses
-    for (name, a), (_, b) in zip(
-        first.model.state_dict().items(), second.model.state_dict().items(), strict=True
-    ):
+    for (name, a), (_, b) in zip(first.model.state_dict().items(), second.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
 
 
@@ -84,9 +82,7 @@ def test_resume_after_a_kill_ends_bit_identical_to_an_uninterrupted_run(
     assert resumed.steps_run == SPEC.steps - 4  # from the checkpoint at step 4, not from scratch
     assert [r.step for r in hooks.reports] == list(range(5, SPEC.steps + 1))
     assert_same_run(uninterrupted, resumed)
-    finished = train(
-        config, 0, SPEC, batches, checkpoint_dir=tmp_path / "b"
-    )  # final checkpoint: nothing to do
+    finished = train(config, 0, SPEC, batches, checkpoint_dir=tmp_path / "b")  # final checkpoint: nothing to do
     assert finished.steps_run == 0
     assert_same_run(uninterrupted, finished)
 

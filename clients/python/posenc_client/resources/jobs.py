@@ -40,9 +40,7 @@ def _spec_json(spec: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
     return dict(spec)
 
 
-def _create_request(
-    kind: JobKind, spec: Mapping[str, Any] | BaseModel, idempotency_key: str | None
-) -> HTTPRequest:
+def _create_request(kind: JobKind, spec: Mapping[str, Any] | BaseModel, idempotency_key: str | None) -> HTTPRequest:
     # One key per creation, fixed here, so every retry of this request carries the same key and the server
     # returns the job the first attempt created instead of queueing a second one.
     key = idempotency_key or new_idempotency_key()
@@ -83,9 +81,7 @@ def _job(response: HTTPResponse) -> Job:
 
 
 class Jobs(SyncResource):
-    def create(
-        self, kind: JobKind, spec: Mapping[str, Any] | BaseModel, *, idempotency_key: str | None = None
-    ) -> Job:
+    def create(self, kind: JobKind, spec: Mapping[str, Any] | BaseModel, *, idempotency_key: str | None = None) -> Job:
         """Queue a job (202). The Idempotency-Key (generated when not given) is reused by every retry."""
         return _job(self._client._request(_create_request(kind, spec, idempotency_key)))
 

@@ -12,9 +12,7 @@ JSON_ACCEPT = {"Accept": "application/json"}
 
 
 def _list_request(kind: str | None) -> HTTPRequest:
-    return HTTPRequest(
-        method="GET", path="/v1/methods", params={"kind": kind} if kind else None, headers=JSON_ACCEPT
-    )
+    return HTTPRequest(method="GET", path="/v1/methods", params={"kind": kind} if kind else None, headers=JSON_ACCEPT)
 
 
 def _get_request(name: str) -> HTTPRequest:
