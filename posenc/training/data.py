@@ -198,16 +198,6 @@ def task_vocab(task: TaskName) -> tuple[str, ...]:
     return (*SPECIAL_TOKENS, *symbols)
 
 
-def task_sequence_length(task: TaskName, size: int) -> int:
-    """The longest ``BOS prompt SEP target EOS`` sequence of a task instance of size n."""
-    return 3 * size + 5 if task == "addition" else 2 * size + 3
-
-
-def max_task_size(task: TaskName, train_length: int) -> int:
-    """n_train: the largest size whose longest sequence fits in ``train_length`` tokens (0 if none does)."""
-    return (train_length - 5) // 3 if task == "addition" else (train_length - 3) // 2
-
-
 def _task_example(task: TaskName, size: int, generator: torch.Generator) -> tuple[list[int], list[int]]:
     """(prompt ids, target ids) of one instance; ids index ``task_vocab(task)``."""
     offset = len(SPECIAL_TOKENS)

@@ -1,5 +1,5 @@
-"""Job kinds: what the Celery task runs. :func:`run_job` is the only entry point; :func:`validate_spec`
-is what the gateway calls before enqueueing.
+"""Job kinds: what the Celery task runs. :func:`run_job` is the only entry point; the checks a spec must pass
+(run by the gateway before enqueueing, and again here) live in ``posenc.jobspec``.
 
 Kinds
     train        one method, one or more seeds; writes ``model.safetensors`` + ``model.json`` (first
@@ -23,7 +23,6 @@ caller's job.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,23 +30,18 @@ from typing import Any
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.pe import (
-    AbsoluteContext,
-    BiasContext,
-    RotaryContext,
-    bias_dense,
-    encoding,
-    get_method,
-    rotary_frequencies,
+from posenc.jobspec import (
+    SPEC,
+    eval_lengths,
+    in_distribution_length,
+    train_task_size,
+    validate_spec,
 )
 from posenc.schemas.jobs import JobKind, JobSpec, MethodRef
-from posenc.schemas.methods import Kind
 from posenc.training.data import (
     TaskName,
     char_corpus,
     load_corpus_text,
-    max_task_size,
-    task_sequence_length,
     task_train_batch,
     task_vocab,
     text_batch,
@@ -59,106 +53,8 @@ from posenc.training.model import ModelConfig, TinyTransformer, count_parameters
 from posenc.training.report import summarize, write_benchmark_artifacts
 from posenc.training.train import Batch, BatchSource, ProgressScope, train
 
-MULTI_AXIS_METHODS = frozenset({"sinusoidal_2d", "sinusoidal_3d", "alibi_2d", "rope_2d_axial"})
-CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOSS_CURVE_POINTS = 200
 RESULT_NAME = "result.json"
-SPEC = ("body", "spec")
-
-
-# ------------------------------------------------------------------------------------------------ lengths
-def train_task_size(spec: JobSpec) -> int:
-    """Tasks: the largest training size n_train for ``spec.train.length`` (see ``posenc.training.data``)."""
-    assert spec.data.task is not None
-    return max_task_size(spec.data.task, spec.train.length)
-
-
-def in_distribution_length(spec: JobSpec) -> int:
-    """L for text (tokens), n_train for tasks (task size): the x of 'in distribution' in results and plots."""
-    return spec.train.length if spec.data.task is None else train_task_size(spec)
-
-
-def eval_lengths(spec: JobSpec) -> list[int]:
-    """``spec.eval.lengths``, default [L, 2L, 4L, 8L] (text) or [n, 2n, 4n, 8n] task sizes."""
-    if spec.eval.lengths is not None:
-        return list(spec.eval.lengths)
-    base = in_distribution_length(spec)
-    return [base, 2 * base, 4 * base, 8 * base]
-
-
-def model_sequence_lengths(spec: JobSpec) -> list[int]:
-    """The longest sequence the model sees at each evaluation length (tokens)."""
-    if spec.data.task is None:
-        return eval_lengths(spec)
-    return [task_sequence_length(spec.data.task, size) for size in eval_lengths(spec)]
-
-
-# --------------------------------------------------------------------------------------------- validation
-def validate_spec(kind: JobKind, spec: JobSpec) -> None:
-    """Raise for what the schema cannot check. Unknown methods raise ``UnknownMethodError``, bad params
-    ``pydantic.ValidationError``, everything else ``InvalidInput`` naming the field."""
-    if kind != "benchmark" and len(spec.methods) != 1:
-        raise InvalidInput((*SPEC, "methods"), f"a {kind} job takes exactly one method; use 'benchmark' for several")
-    if spec.checkpoint is not None:
-        if kind != "extrapolate":
-            raise InvalidInput((*SPEC, "checkpoint"), "only an extrapolate job evaluates an existing checkpoint")
-        if not CHECKPOINT_ID.match(spec.checkpoint):
-            raise InvalidInput((*SPEC, "checkpoint"), "must be the id of a finished train job")
-    if spec.data.task is not None and train_task_size(spec) < 1:
-        minimum = task_sequence_length(spec.data.task, 1)
-        raise InvalidInput(
-            (*SPEC, "train", "length"),
-            f"task {spec.data.task!r} needs train.length >= {minimum} (one instance of size 1)",
-        )
-    lengths = eval_lengths(spec)
-    if not lengths:
-        raise InvalidInput((*SPEC, "eval", "lengths"), "give at least one length, or leave it out")
-    if spec.eval.protocol == "sliding" and spec.eval.stride is not None and spec.eval.stride > min(lengths):
-        raise InvalidInput(
-            (*SPEC, "eval", "stride"), f"stride {spec.eval.stride} is longer than eval length {min(lengths)}"
-        )
-    longest = max([spec.train.length, *model_sequence_lengths(spec)])
-    for index, ref in enumerate(spec.methods):
-        _validate_method(ref, (*SPEC, "methods", index), spec, longest)
-
-
-def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, longest: int) -> None:
-    method = get_method(ref.method)
-    params = method.parse_params(ref.params)
-    if method.name in MULTI_AXIS_METHODS:
-        raise InvalidInput(
-            (*loc, "method"),
-            f"{method.name!r} encodes 2D/3D positions; the job models are 1D sequence models",
-        )
-    if method.kind not in (Kind.ABSOLUTE, Kind.BIAS, Kind.ROTARY):
-        raise InvalidInput((*loc, "method"), f"{method.kind.value} methods are not trainable in jobs yet")
-    if method.learned and method.learned_init is None:
-        raise InvalidInput(
-            (*loc, "method"),
-            f"{method.name!r} is learned but has no initialisation for training (learned_init)",
-        )
-    dim, heads = spec.model.dim, spec.model.heads
-    try:
-        if method.kind is Kind.ABSOLUTE:
-            # cheap (T, D): also proves a learned table covers the longest evaluation sequence
-            encoding(method, params, AbsoluteContext(grid=(longest,), dim=dim))
-        elif method.kind is Kind.BIAS:
-            probe = min(spec.train.length, 16)
-            bias_dense(
-                method,
-                params,
-                BiasContext(num_heads=heads, query_length=probe, key_length=probe, causal=True),
-            )
-        else:
-            freqs = rotary_frequencies(
-                method, params, RotaryContext(rotary_dim=dim // heads, seq_len=spec.train.length)
-            )
-            if freqs.num_axes != 1:
-                raise InvalidInput((*loc, "method"), f"{method.name!r} rotates by {freqs.num_axes}D positions")
-    except InvalidInput as exc:
-        if exc.loc[:2] == SPEC:
-            raise
-        raise InvalidInput((*loc, "params"), f"{method.name!r} cannot run this job: {exc.msg}") from None
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from posenc.errors import InvalidInput
+from posenc.jobspec import max_task_size, task_sequence_length
 from posenc.training import data
 from posenc.training.data import (
     BOS,
@@ -15,9 +16,7 @@ from posenc.training.data import (
     SEP,
     char_corpus,
     load_corpus_text,
-    max_task_size,
     task_batch,
-    task_sequence_length,
     task_train_batch,
     task_vocab,
     text_batch,

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 import torch
-from pydantic import ValidationError
 
+from posenc import jobspec
 from posenc.errors import InvalidInput
+from posenc.jobspec import eval_lengths, validate_spec
 from posenc.pe import UnknownMethodError, get_method
 from posenc.schemas.jobs import JobKind, JobSpec
-from posenc.training import jobs
 from posenc.training.files import load_model
 from posenc.training.hooks import JobCancelled, Progress
-from posenc.training.jobs import eval_lengths, run_job, validate_spec
+from posenc.training.jobs import run_job
 
 
 class Hooks:
@@ -50,8 +50,9 @@ def tiny_spec(corpus: Path | None, method_names: list[str], **overrides: Any) ->
 def test_validation_refuses_what_the_schema_cannot_check(text_file: Path) -> None:
     with pytest.raises(UnknownMethodError):
         validate_spec("train", tiny_spec(text_file, ["no_such_method"]))
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidInput, match="greater than 1") as bad_param:
         validate_spec("train", tiny_spec(text_file, ["rope"], methods=[{"method": "rope", "params": {"base": -1}}]))
+    assert bad_param.value.loc == ("body", "spec", "methods", 0, "params", "base")
     with pytest.raises(InvalidInput, match="2D/3D") as refused:
         validate_spec("train", tiny_spec(text_file, ["sinusoidal_2d"]))
     assert refused.value.loc == ("body", "spec", "methods", 0, "method")
@@ -72,14 +73,11 @@ def test_learned_methods_need_an_init_and_a_table_covering_the_eval_lengths(
     text_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     learned = get_method("learned_absolute")
-    monkeypatch.setattr(jobs, "get_method", lambda name: dataclasses.replace(learned, learned_init=None))
-    with pytest.raises(InvalidInput, match="learned_init"):
-        validate_spec("train", tiny_spec(text_file, ["learned_absolute"]))
+    with monkeypatch.context() as patched:
+        patched.setattr(jobspec, "get_method", lambda name: dataclasses.replace(learned, learned_init=None))
+        with pytest.raises(InvalidInput, match="learned_init"):
+            validate_spec("train", tiny_spec(text_file, ["learned_absolute"]))
 
-    def init(params: Any, ctx: Any) -> dict[str, torch.Tensor]:
-        return {"table": torch.zeros(params.max_positions, ctx.dim)}
-
-    monkeypatch.setattr(jobs, "get_method", lambda name: dataclasses.replace(learned, learned_init=init))
     short_table = [{"method": "learned_absolute", "params": {"max_positions": 20}}]
     with pytest.raises(InvalidInput, match="past the learned table") as refused:
         validate_spec("extrapolate", tiny_spec(text_file, [], methods=short_table))
