@@ -11,12 +11,15 @@ from posenc.jobstore import JobStore
 
 pytestmark = pytest.mark.integration
 
+# long enough (several seconds) that the gateway restart below happens while the job is still running
+STEPS = 1500
+
 
 def test_job_is_queued_runs_with_progress_and_succeeds_across_a_gateway_restart(
     start_gateway: Any, start_worker: Any, store: JobStore, corpus: Path, jobs: Any
 ) -> None:
     gateway = start_gateway()
-    body = jobs.request(corpus, steps=400)
+    body = jobs.request(corpus, steps=STEPS)
     with gateway.client() as client:
         # No worker yet: the record says queued (never Celery's PENDING), with a Location and a poll hint.
         created = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "lifecycle-1"})
@@ -31,7 +34,7 @@ def test_job_is_queued_runs_with_progress_and_succeeds_across_a_gateway_restart(
         # The same key and body return the same job; the same key with another body is refused.
         replay = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "lifecycle-1"})
         assert (replay.status_code, replay.json()["id"]) == (202, job_id)
-        other = jobs.request(corpus, steps=401)
+        other = jobs.request(corpus, steps=STEPS + 1)
         conflict = client.post("/v1/jobs", json=other, headers={"Idempotency-Key": "lifecycle-1"})
         assert conflict.status_code == 422
         assert conflict.headers["content-type"].startswith("application/problem+json")
@@ -45,6 +48,9 @@ def test_job_is_queued_runs_with_progress_and_succeeds_across_a_gateway_restart(
         first_step = history[-1]["progress"]["step"]
         assert history[-1]["started_at"] is not None
         assert history[-1]["attempts"] == 1
+        # progress moves while it runs
+        moved = jobs.wait(client, job_id, lambda j: j["progress"]["step"] > first_step, history=history)
+        assert moved["status"] == "running", "the job finished before the gateway restart; make it longer"
 
     # Restart the gateway in the middle of the run: it keeps no state, so nothing is lost.
     gateway.stop()
@@ -55,7 +61,7 @@ def test_job_is_queued_runs_with_progress_and_succeeds_across_a_gateway_restart(
         steps_seen = [j["progress"]["step"] for j in history if j["status"] == "running"]
         assert len(set(steps_seen)) >= 2, "progress never moved"
         assert max(steps_seen) > first_step
-        assert done["progress"]["step"] == done["progress"]["total"] == 400
+        assert done["progress"]["step"] == done["progress"]["total"] == STEPS
         assert done["progress"]["eta_s"] == 0.0
         assert done["result"]["resumed_from_step"] == 0
         assert done["finished_at"] >= done["started_at"] >= done["created_at"]
