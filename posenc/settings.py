@@ -27,33 +27,36 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None, description="unset: `posenc serve` starts a private redis-server in state_dir"
     )
-    state_dir: Path = Field(default_factory=_default_state_dir)
+    state_dir: Path = Field(
+        default_factory=_default_state_dir,
+        description="embedded Redis data, artifacts and logs (default ~/.local/state/posenc)",
+    )
     artifact_dir: Path | None = Field(default=None, description="default: state_dir/artifacts")
     data_dir: Path | None = Field(
         default=None, description="where named corpora are looked up (e.g. tinyshakespeare.txt)"
     )
 
     # ---- gateway
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = Field(default="127.0.0.1", description="gateway bind address (`posenc serve --host`)")
+    port: int = Field(default=8000, description="gateway port (`posenc serve --port`)")
     max_output_bytes: int = Field(default=256 * MiB, description="largest tensor output of a compute route")
     max_json_elements: int = Field(default=1_000_000, description="largest output sent as application/json")
     max_input_elements: int = Field(default=16 * MiB, description="largest total of input tensor elements")
-    max_body_bytes: int = Field(default=128 * MiB)
+    max_body_bytes: int = Field(default=128 * MiB, description="largest request body (413 above)")
     compute_concurrency: int = Field(default=2, ge=1, description="compute requests running at once")
     compute_wait_s: float = Field(default=2.0, ge=0, description="wait for a compute slot before a 503")
     api_keys: list[str] = Field(default_factory=list, description="empty: no authentication (loopback only)")
     rate_limit_per_minute: int | None = Field(default=None, ge=1, description="per API key, kept in Redis")
-    cors_origins: list[str] = Field(default_factory=list)
+    cors_origins: list[str] = Field(default_factory=list, description="browser origins allowed (JSON list)")
 
     # ---- torch
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: CUDA when present")
     torch_threads: int | None = Field(default=None, ge=1, description="default: cores / worker concurrency")
 
     # ---- jobs
-    worker_concurrency: int = Field(default=1, ge=1)
-    job_soft_time_limit_s: int = Field(default=4 * 3600 - 300)
-    job_time_limit_s: int = Field(default=4 * 3600)
+    worker_concurrency: int = Field(default=1, ge=1, description="jobs one worker runs at once")
+    job_soft_time_limit_s: int = Field(default=4 * 3600 - 300, description="a job is stopped cleanly after this")
+    job_time_limit_s: int = Field(default=4 * 3600, description="a job's process is killed after this")
     job_max_attempts: int = Field(default=3, ge=1, description="deliveries before a job is failed for good")
     job_ttl_s: int = Field(default=7 * 24 * 3600, description="how long job records and results are kept")
     job_tombstone_ttl_s: int = Field(

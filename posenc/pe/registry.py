@@ -51,8 +51,9 @@ class MethodSpec:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.fn) or ""
-        return doc.strip().splitlines()[0] if doc.strip() else ""
+        """The docstring's first paragraph, on one line."""
+        doc = (inspect.getdoc(self.fn) or "").strip()
+        return " ".join(doc.split("\n\n", 1)[0].split())
 
     def parse_params(self, raw: dict[str, Any] | None) -> MethodParams:
         """Validate raw params; raises pydantic.ValidationError naming the field."""

@@ -1,0 +1,52 @@
+"""The README's methods and settings tables, generated from the registry and the Settings model:
+``python -m posenc.catalogue`` prints both. A test compares them with README.md, so neither can drift.
+"""
+
+from __future__ import annotations
+
+import re
+
+import posenc.pe as pe
+from posenc.settings import Settings
+
+METHODS_MARKERS = ("<!-- methods-table:begin -->", "<!-- methods-table:end -->")
+SETTINGS_MARKERS = ("<!-- settings-table:begin -->", "<!-- settings-table:end -->")
+
+
+_URL = re.compile(r"(https?://[^\s;)]+)")
+
+
+def _cell(text: str) -> str:
+    """Markdown-table safe: pipes escaped, URLs as autolinks."""
+    return _URL.sub(r"<\1>", text.replace("|", "\\|"))
+
+
+def methods_table() -> str:
+    lines = [
+        "| method | kind | learned | Toeplitz | what it is | paper |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in pe.list_methods():
+        lines.append(
+            f"| `{spec.name}` | {spec.kind.value} | {'yes' if spec.learned else ''} | "
+            f"{'yes' if spec.toeplitz else ''} | {_cell(spec.summary)} | {_cell(spec.paper)} |"
+        )
+    return "\n".join(lines)
+
+
+def settings_table() -> str:
+    lines = ["| environment variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "(computed)" if field.default_factory is not None else repr(field.default)
+        lines.append(f"| `POSENC_{name.upper()}` | `{default}` | {_cell(field.description or '')} |")
+    return "\n".join(lines)
+
+
+def blocks() -> dict[tuple[str, str], str]:
+    """Each README block (between its markers) and what it must contain."""
+    return {METHODS_MARKERS: methods_table(), SETTINGS_MARKERS: settings_table()}
+
+
+if __name__ == "__main__":
+    for (begin, end), table in blocks().items():
+        print(f"{begin}\n{table}\n{end}\n")
