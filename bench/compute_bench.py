@@ -76,9 +76,7 @@ def bench_alibi(repeats: int) -> Row:
     params = spec.parse_params({})
     ctx = pe.BiasContext(num_heads=8, query_length=4096, key_length=4096, causal=True, dtype=torch.float32)
     bias = pe.bias_dense(spec, params, ctx)
-    same_size = torch.randn(
-        tuple(bias.shape), dtype=bias.dtype
-    )  # (8, 4096, 4096): the bytes bias_dense writes
+    same_size = torch.randn(tuple(bias.shape), dtype=bias.dtype)  # (8, 4096, 4096): the bytes bias_dense writes
     del bias
     measured, baseline = paired_medians(lambda: pe.bias_dense(spec, params, ctx), same_size.clone, repeats)
     size = same_size.numel() * same_size.element_size() // MiB
@@ -158,9 +156,7 @@ def live_gateway(timeout_s: float = 90.0) -> Iterator[str]:
                 break  # any HTTP answer means uvicorn is serving the app
             except httpx.TransportError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the gateway did not answer on {url} within {timeout_s:.0f} s"
-                    ) from None
+                    raise RuntimeError(f"the gateway did not answer on {url} within {timeout_s:.0f} s") from None
                 time.sleep(0.25)
         yield url
     finally:
@@ -261,18 +257,12 @@ def print_table(rows: list[Row]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=5, help="timed runs per measurement (median is reported)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median is reported)")
     parser.add_argument("--no-server", action="store_true", help="skip (c) and (d), which start the gateway")
     args = parser.parse_args()
 
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} repeats, median shown"
-    )
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} repeats, median shown")
     rows = [bench_alibi(args.repeats), bench_rope(args.repeats)]
     if not args.no_server:
         rows += bench_gateway(args.repeats)

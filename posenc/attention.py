@@ -119,9 +119,7 @@ def attention_maps(
     return AttentionMaps(weights=weights, fully_masked=fully_masked)
 
 
-def attention_statistics(
-    weights: torch.Tensor, fully_masked: torch.Tensor | None = None
-) -> AttentionStatistics:
+def attention_statistics(weights: torch.Tensor, fully_masked: torch.Tensor | None = None) -> AttentionStatistics:
     """Per-head entropy, mean attention distance and attention mass by distance (evaluation.md §6.1-6.3).
 
     Averages run over batch and queries, leaving out rows in ``fully_masked`` (B, H, Nq); a head without
@@ -129,9 +127,9 @@ def attention_statistics(
     """
     batch, heads, q_len, k_len = weights.shape
     width = max(q_len, k_len)
-    valid = (
-        ~fully_masked if fully_masked is not None else torch.ones(batch, heads, q_len, dtype=torch.bool)
-    ).to(weights.dtype)  # (B, H, Nq)
+    valid = (~fully_masked if fully_masked is not None else torch.ones(batch, heads, q_len, dtype=torch.bool)).to(
+        weights.dtype
+    )  # (B, H, Nq)
     rows_per_head = valid.sum(dim=(0, 2)).clamp_min(1.0)  # (H,)
 
     distance = (torch.arange(q_len)[:, None] - torch.arange(k_len)[None, :]).abs()  # (Nq, Nk) int64

@@ -37,9 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="posenc", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser(
-        "serve", help="gateway (+ embedded Redis and a worker when no Redis URL is set)"
-    )
+    serve = commands.add_parser("serve", help="gateway (+ embedded Redis and a worker when no Redis URL is set)")
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or POSENC_HOST)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8000, or POSENC_PORT)")
     serve.add_argument("--state-dir", type=Path, default=None, help="Redis data, artifacts and logs")
@@ -50,9 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="a Celery worker that runs jobs (needs POSENC_REDIS_URL)")
     worker.add_argument("--queues", default="cpu", help="comma-separated: cpu, gpu")
     worker.add_argument("--concurrency", type=int, default=None, help="jobs at once (default 1)")
-    worker.add_argument(
-        "--hostname", default=None, help="Celery node name (default posenc-<queues>-<pid>@%%h)"
-    )
+    worker.add_argument("--hostname", default=None, help="Celery node name (default posenc-<queues>-<pid>@%%h)")
     worker.add_argument("--loglevel", default="INFO")
     return parser
 
@@ -125,9 +121,7 @@ def serve(args: argparse.Namespace) -> int:
             redis_server = runtime.start_redis(state_dir)
             os.environ["POSENC_REDIS_URL"] = redis_server.url
             get_settings.cache_clear()
-            print(
-                f"posenc: redis-server on {redis_server.url} (data in {redis_server.directory})", flush=True
-            )
+            print(f"posenc: redis-server on {redis_server.url} (data in {redis_server.directory})", flush=True)
             worker = _start_worker(args, state_dir)
         settings = get_settings()
         _warn_if_open(settings)

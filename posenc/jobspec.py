@@ -1,6 +1,7 @@
 """What a job spec must satisfy beyond its schema: checked by the gateway before a job is queued (so an
 unknown method is a 404 and a bad value a 422 naming the field, not a failed job minutes later) and again by
-the trainer. Needs the method registry, never the training code: the gateway may not import ``posenc.training``.
+the trainer (or, for a compute job, by ``posenc.compute.run_compute_job``). Needs the method registry, never
+the training code: the gateway may not import ``posenc.training``.
 
 Also the length arithmetic both sides share: task sizes, default evaluation lengths.
 """
@@ -11,6 +12,7 @@ import re
 
 from pydantic import ValidationError
 
+from posenc.compute import check_job_budget, prepare_job
 from posenc.errors import InvalidInput
 from posenc.pe import (
     AbsoluteContext,
@@ -21,7 +23,7 @@ from posenc.pe import (
     get_method,
     rotary_frequencies,
 )
-from posenc.schemas.jobs import JobCreate, JobKind, JobSpec, MethodRef, SyntheticTask
+from posenc.schemas.jobs import ComputeJobSpec, JobCreate, JobKind, JobSpec, MethodRef, SyntheticTask
 from posenc.schemas.methods import Kind
 
 MULTI_AXIS_METHODS = frozenset({"sinusoidal_2d", "sinusoidal_3d", "alibi_2d", "rope_2d_axial"})
@@ -39,8 +41,15 @@ def max_task_size(task: SyntheticTask, train_length: int) -> int:
     return (train_length - 5) // 3 if task == "addition" else (train_length - 3) // 2
 
 
-def validate_job(create: JobCreate) -> None:
-    """The gateway's check of ``POST /v1/jobs``: see :func:`validate_spec`."""
+def validate_job(create: JobCreate, *, max_compute_bytes: int | None = None) -> None:
+    """The gateway's check of ``POST /v1/jobs``: :func:`validate_spec` for train, extrapolate and benchmark;
+    for compute, the request's prepare step (as its route would run it; errors name ``body.spec.request``) and,
+    with ``max_compute_bytes``, the job's memory budget (``BudgetExceeded``, a 413)."""
+    if isinstance(create.spec, ComputeJobSpec):
+        prepared = prepare_job(create.spec)
+        if max_compute_bytes is not None:
+            check_job_budget(prepared, max_compute_bytes)
+        return
     validate_spec(create.kind, create.spec)
 
 

@@ -279,9 +279,7 @@ class JobStore:
         """The record was written but the message could not be published: say so instead of queued forever."""
         now = now_iso()
         k = _keys(job_id)
-        self.r.hset(
-            k["record"], mapping={"status": "failed", "error": error, "finished_at": now, "updated_at": now}
-        )
+        self.r.hset(k["record"], mapping={"status": "failed", "error": error, "finished_at": now, "updated_at": now})
         self.r.rpush(k["events"], f"failed (not published)|{now}")
 
     def reserve_idempotency_key(self, key: str, job_id: str, fingerprint: str) -> str | None:
@@ -301,9 +299,7 @@ class JobStore:
         earlier = json.loads(raw)
         if earlier["body"] != fingerprint:
             raise IdempotencyConflict(earlier["job_id"])
-        if not self.r.exists(record_key(earlier["job_id"])) and not self.r.exists(
-            _keys(earlier["job_id"])["tomb"]
-        ):
+        if not self.r.exists(record_key(earlier["job_id"])) and not self.r.exists(_keys(earlier["job_id"])["tomb"]):
             raise IdempotencyInProgress(earlier["job_id"])
         return str(earlier["job_id"])
 
@@ -334,11 +330,7 @@ class JobStore:
                 pipe.hgetall(record_key(job_id))
             records = pipe.execute()
             for job_id, raw in zip(ids, records, strict=True):
-                job = (
-                    record_to_job(_str_dict(raw))
-                    if raw
-                    else (self.get(job_id) if status == "expired" else None)
-                )
+                job = record_to_job(_str_dict(raw)) if raw else (self.get(job_id) if status == "expired" else None)
                 if job is None or (status and job.status != status) or (kind and job.kind != kind):
                     continue
                 found.append(job)

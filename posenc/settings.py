@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 def _default_state_dir() -> Path:
@@ -40,6 +41,9 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="gateway bind address (`posenc serve --host`)")
     port: int = Field(default=8000, description="gateway port (`posenc serve --port`)")
     max_output_bytes: int = Field(default=256 * MiB, description="largest tensor output of a compute route")
+    max_job_output_bytes: int = Field(
+        default=8 * GiB, ge=1, description="largest outputs and workspace of a compute job (413 at submission)"
+    )
     max_json_elements: int = Field(default=1_000_000, description="largest output sent as application/json")
     max_input_elements: int = Field(default=16 * MiB, description="largest total of input tensor elements")
     max_body_bytes: int = Field(default=128 * MiB, description="largest request body (413 above)")

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from posenc.errors import BudgetExceeded, InvalidInput
+from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
 from posenc.pe.registry import UnknownMethodError
 from posenc.schemas.errors import FieldError, Problem
 
@@ -87,9 +87,7 @@ def field_errors(raw: Iterable[Mapping[str, Any]]) -> list[FieldError]:
     ]
 
 
-def validation_error(
-    errors: Iterable[Mapping[str, Any]], prefix: Sequence[str | int] = ()
-) -> RequestValidationError:
+def validation_error(errors: Iterable[Mapping[str, Any]], prefix: Sequence[str | int] = ()) -> RequestValidationError:
     """A 422 for errors found outside FastAPI's own parsing (params models, binary bodies), locs prefixed."""
     return RequestValidationError([{**error, "loc": (*prefix, *error.get("loc", ()))} for error in errors])
 
@@ -99,6 +97,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(InvalidInput, _invalid_input)
+    app.add_exception_handler(FieldErrors, _field_errors)
     app.add_exception_handler(BudgetExceeded, _budget_exceeded)
     app.add_exception_handler(UnknownMethodError, _unknown_method)
     app.add_exception_handler(Exception, _unexpected)
@@ -144,7 +143,17 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 async def _request_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    errors = field_errors(exc.errors())
+    return _validation_problem(request, exc.errors())
+
+
+async def _field_errors(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, FieldErrors)
+    return _validation_problem(request, exc.errors)
+
+
+def _validation_problem(request: Request, raw: Iterable[Mapping[str, Any]]) -> Response:
+    """One 422 shape for FastAPI's validation errors and the library's (a method's params model)."""
+    errors = field_errors(raw)
     summary = "; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in errors[:5])
     return problem_response(request, 422, summary or "invalid request", errors=errors)
 

@@ -32,8 +32,6 @@ from service.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
-JOBS_HINT = "or run it as a job (POST /v1/jobs), which writes its tensors to an artifact"
-
 
 # ----------------------------------------------------------------------------------------------- capacity
 class ComputeSlots:
@@ -47,9 +45,7 @@ class ComputeSlots:
 
     def try_acquire(self) -> bool:
         acquired = (
-            self._semaphore.acquire(timeout=self.wait_s)
-            if self.wait_s > 0
-            else self._semaphore.acquire(blocking=False)
+            self._semaphore.acquire(timeout=self.wait_s) if self.wait_s > 0 else self._semaphore.acquire(blocking=False)
         )
         if acquired and self._metrics is not None:
             self._metrics.slots_in_use.inc()
@@ -136,7 +132,8 @@ BODY_HINT = (
 
 # ------------------------------------------------------------------------------------------------ budgets
 def check_output_budget(size: int, settings: Settings, hint: str) -> None:
-    """``size`` is every byte the request would allocate (outputs plus workspace)."""
+    """``size`` is every byte the request would allocate (outputs plus workspace); ``hint`` says how to get
+    under the limit (``Prepared.budget_hint``: a smaller request, or the same one as a compute job)."""
     limit = settings.max_output_bytes
     if size > limit:
         raise ProblemError(
@@ -161,22 +158,21 @@ def check_json_budget(elements: int, settings: Settings) -> None:
         )
 
 
-def check_input_budget(elements: int, settings: Settings) -> None:
+def check_input_budget(elements: int, settings: Settings, jobs_hint: str) -> None:
+    """``jobs_hint`` says how to run the request as a job (``Prepared.jobs_hint``)."""
     limit = settings.max_input_elements
     if elements > limit:
         raise ProblemError(
             413,
             f"the input tensors have {elements} elements in total, over the limit of {limit}; "
-            f"make them smaller {JOBS_HINT}",
+            f"make them smaller, {jobs_hint}",
             size=elements,
             limit=limit,
         )
 
 
 # ------------------------------------------------------------------------------------- keys, rate limit
-api_key_header = APIKeyHeader(
-    name="X-API-Key", auto_error=False, description="needed when keys are configured"
-)
+api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="needed when keys are configured")
 
 
 def _digest(value: str) -> bytes:
@@ -249,9 +245,7 @@ class RateLimiter:
             self._redis = None
 
 
-async def authenticate(
-    request: Request, api_key: Annotated[str | None, Security(api_key_header)] = None
-) -> None:
+async def authenticate(request: Request, api_key: Annotated[str | None, Security(api_key_header)] = None) -> None:
     """401 without a valid key (when keys are configured); 429 over the per-key rate limit."""
     settings: Settings = request.app.state.settings
     identity = request.client.host if request.client else "unknown"

@@ -30,12 +30,8 @@ class Metrics:
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
         )
-        self.slots_in_use = Gauge(
-            "posenc_compute_slots_in_use", "Compute slots held right now", registry=self.registry
-        )
-        self.slots_capacity = Gauge(
-            "posenc_compute_slots_capacity", "Compute slots in total", registry=self.registry
-        )
+        self.slots_in_use = Gauge("posenc_compute_slots_in_use", "Compute slots held right now", registry=self.registry)
+        self.slots_capacity = Gauge("posenc_compute_slots_capacity", "Compute slots in total", registry=self.registry)
         self.slots_rejected = Counter(
             "posenc_compute_slots_rejected",
             "Compute requests answered 503 because no slot freed up in time",

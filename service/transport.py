@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -28,9 +27,10 @@ import torch
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from posenc.compute import OutputSpec, TensorResult, safetensors_metadata
 from posenc.errors import InvalidInput
 from posenc.schemas.errors import Problem
-from posenc.schemas.tensors import ITEMSIZE, TensorResponse
+from posenc.schemas.tensors import TensorResponse
 from posenc.tensors import dtype_name, le_bytes, to_wire
 from service.errors import ProblemError, validation_error
 
@@ -84,29 +84,6 @@ def negotiate(accept: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ results
-@dataclass(frozen=True)
-class OutputSpec:
-    """A tensor a request will produce, known before anything is computed."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.elements * ITEMSIZE[self.dtype]
-
-
-@dataclass
-class TensorResult:
-    tensors: dict[str, torch.Tensor]  # in response order; the first is the default single tensor
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 def chosen_tensor(outputs: Sequence[OutputSpec], requested: str | None) -> OutputSpec:
     if requested is None:
         return outputs[0]
@@ -139,14 +116,11 @@ def render(result: TensorResult, media_type: str, requested: str | None = None) 
 
     meta_header = json.dumps(result.meta, separators=(",", ":"), ensure_ascii=True, default=str)
     if media_type == SAFETENSORS:
-        metadata = {key: json.dumps(value, default=str) for key, value in result.meta.items()}
         payload = safetensors.torch.save(
             {name: tensor.detach().to("cpu").contiguous() for name, tensor in result.tensors.items()},
-            metadata=metadata,
+            metadata=safetensors_metadata(result.meta),
         )
-        return Response(
-            content=payload, media_type=SAFETENSORS, headers={**common, "X-Posenc-Meta": meta_header}
-        )
+        return Response(content=payload, media_type=SAFETENSORS, headers={**common, "X-Posenc-Meta": meta_header})
 
     name = requested if requested is not None else names[0]
     tensor = result.tensors[name].detach().to("cpu").contiguous()
@@ -180,7 +154,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class BinaryTensors:
-    """Tensors of a safetensors request body, decoded on first use (after the size checks)."""
+    """Tensors of a safetensors request body, decoded on first use (after the size checks).
+
+    What ``posenc.compute`` reads through its ``BinaryTensors`` protocol (``name in binary``, ``binary.get(name)``).
+    """
 
     def __init__(self, body: bytes, declared: Mapping[str, tuple[str, list[int]]]) -> None:
         self._body = body
@@ -243,8 +220,7 @@ def parse_safetensors_request(body: bytes, model: type[M], tensor_names: frozens
         if dtype is None:
             raise InvalidInput(
                 ("body", name, "dtype"),
-                f"unsupported safetensors dtype {info.get('dtype')!r}; "
-                f"use one of {', '.join(_SAFETENSORS_DTYPES)}",
+                f"unsupported safetensors dtype {info.get('dtype')!r}; use one of {', '.join(_SAFETENSORS_DTYPES)}",
             )
         shape = [int(size) for size in info.get("shape", [])]
         declared[name] = (dtype, shape)
@@ -261,9 +237,7 @@ def _safetensors_header(body: bytes) -> dict[str, Any]:
         raise InvalidInput(("body",), "a safetensors body starts with an 8-byte header length")
     length = int.from_bytes(body[:8], "little")
     if length > _MAX_SAFETENSORS_HEADER or 8 + length > len(body):
-        raise InvalidInput(
-            ("body",), f"safetensors header length {length} does not fit the {len(body)}-byte body"
-        )
+        raise InvalidInput(("body",), f"safetensors header length {length} does not fit the {len(body)}-byte body")
     try:
         header = json.loads(body[8 : 8 + length])
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -60,9 +60,7 @@ class JobRecoveryStep(bootsteps.StartStopStep):  # type: ignore[misc]
         settings = get_settings()
         self._beat(worker)
         self._timers = [
-            worker.timer.call_repeatedly(
-                settings.worker_heartbeat_interval_s, self._beat, (worker,), priority=10
-            ),
+            worker.timer.call_repeatedly(settings.worker_heartbeat_interval_s, self._beat, (worker,), priority=10),
             worker.timer.call_repeatedly(settings.job_sweep_interval_s, self._sweep, (worker,), priority=10),
         ]
 

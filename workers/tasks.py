@@ -1,4 +1,5 @@
-"""The one task: run a job from its Redis record and persist the outcome. Thin on purpose.
+"""The one task: run a job from its Redis record and persist the outcome. Thin on purpose: training kinds go
+to ``posenc.training.jobs.run_job``, kind ``compute`` to ``posenc.compute.run_compute_job``.
 
 At-least-once delivery means this task may run more than once for a job (a requeue after a lost child, a sweep
 re-publish after a lost worker, a late redelivery after the visibility timeout). What keeps that safe:
@@ -6,10 +7,11 @@ re-publish after a lost worker, a late redelivery after the visibility timeout).
 - a terminal job is never run again (exactly one result);
 - each run *claims* the job and gets a fencing token; every write it makes carries the token and is refused
   once a newer claim exists, so a zombie cannot overwrite a newer attempt;
-- training resumes from ``<artifact_dir>/<job_id>/checkpoints``, so a rerun continues where the last stopped.
+- training resumes from ``<artifact_dir>/<job_id>/checkpoints``, so a rerun continues where the last stopped;
+  a compute job that finds its ``result.json`` returns it.
 
-Module import must stay torch-free: the worker parent imports it before forking. ``run_job`` is imported in
-the child (warm-imported by ``workers.signals`` while the child is idle).
+Module import must stay torch-free: the worker parent imports it before forking. ``run_job`` and
+``run_compute_job`` are imported in the child (``run_job`` warm-imported by ``workers.signals`` while idle).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from posenc.jobstore import Claim, JobStore, list_artifacts, store_from_settings
-from posenc.schemas.jobs import JobKind, JobProgress, JobSpec
+from posenc.schemas.jobs import ComputeJobSpec, JobKind, JobProgress, JobSpec
 from posenc.settings import Settings, get_settings
 from posenc.training.hooks import JobCancelled, Progress
 from workers.app import app
@@ -85,9 +87,7 @@ class LeaseKeeper(threading.Thread):
 class AttemptHooks:
     """``JobHooks`` for one attempt: rate-limited progress writes with an ETA, cancel from the keeper."""
 
-    def __init__(
-        self, store: JobStore, job_id: str, fence: int, keeper: LeaseKeeper, interval_s: float
-    ) -> None:
+    def __init__(self, store: JobStore, job_id: str, fence: int, keeper: LeaseKeeper, interval_s: float) -> None:
         self.store, self.job_id, self.fence, self.keeper = store, job_id, fence, keeper
         self.interval_s = interval_s
         self.first_step: int | None = None
@@ -183,20 +183,25 @@ def _run(
     """(status, finish fields). Every exception becomes a failed job: deterministic errors are not retried;
     a lost worker (which raises nothing here) is what redelivery and the attempt cap are for."""
     try:
-        spec = JobSpec.model_validate(raw_spec)
-        from posenc.training.jobs import run_job
-
         job_dir.mkdir(parents=True, exist_ok=True)
-        result = run_job(
-            kind,
-            spec,
-            job_dir=job_dir,
-            artifact_root=artifact_root,
-            hooks=hooks,
-            device=resolve_device(spec.device, settings.device),
-            data_dir=settings.data_dir,
-            threads=torch_threads_per_child(),
-        )
+        if kind == "compute":
+            result = _run_compute(ComputeJobSpec.model_validate(raw_spec), job_dir, hooks, settings)
+        else:
+            spec = JobSpec.model_validate(raw_spec)
+            from posenc.training.jobs import run_job
+
+            result = run_job(
+                kind,
+                spec,
+                job_dir=job_dir,
+                artifact_root=artifact_root,
+                hooks=hooks,
+                device=resolve_device(spec.device, settings.device),
+                data_dir=settings.data_dir,
+                threads=torch_threads_per_child(),
+            )
+            result = dict(result)
+            result.setdefault("resumed_from_step", hooks.resumed_from_step)
     except JobCancelled:
         return "cancelled", {}
     except SoftTimeLimitExceeded:
@@ -206,8 +211,19 @@ def _run(
     except Exception as exc:
         logger.exception("job failed")
         return "failed", {"error": f"{type(exc).__name__}: {exc}"}
-    result = dict(result)
-    result.setdefault("resumed_from_step", hooks.resumed_from_step)
     if hooks.last is not None:
         hooks.last = hooks.last.model_copy(update={"eta_s": 0.0})
     return "succeeded", {"result": result}
+
+
+def _run_compute(spec: ComputeJobSpec, job_dir: Path, hooks: AttemptHooks, settings: Settings) -> dict[str, Any]:
+    """One step: the request of ``POST /v1/{route}``, its tensors to ``tensors.safetensors`` (on the CPU)."""
+    from posenc.compute import run_compute_job
+
+    stage = f"compute {spec.route}"
+    hooks.progress(Progress(step=0, total=1, stage=stage))
+    if hooks.should_cancel():
+        raise JobCancelled("cancelled before the compute started")
+    result = run_compute_job(spec, job_dir=job_dir, max_bytes=settings.max_job_output_bytes)
+    hooks.progress(Progress(step=1, total=1, stage=stage))
+    return result

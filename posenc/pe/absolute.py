@@ -25,9 +25,7 @@ from posenc.schemas.tensors import TensorIn
 from posenc.tensors import to_torch
 
 VASWANI_PAPER = "Vaswani et al. Attention Is All You Need (NeurIPS 2017). https://arxiv.org/abs/1706.03762"
-MAE_PAPER = (
-    "He et al. Masked Autoencoders Are Scalable Vision Learners (CVPR 2022). https://arxiv.org/abs/2111.06377"
-)
+MAE_PAPER = "He et al. Masked Autoencoders Are Scalable Vision Learners (CVPR 2022). https://arxiv.org/abs/2111.06377"
 
 # A seeded table is drawn whole (so its rows do not depend on the requested length); this caps its size
 # (256 MiB of float32) because the gateway's output budget only sees the (N, D) result.
@@ -273,9 +271,7 @@ class AxialParams(MethodParams):
     def _one_entry_per_factor(self) -> AxialParams:
         for name, value in (("dims", self.dims), ("tables", self.tables)):
             if value is not None and len(value) != len(self.shape):
-                raise ValueError(
-                    f"'{name}' has {len(value)} entries but 'shape' has {len(self.shape)} factors"
-                )
+                raise ValueError(f"'{name}' has {len(value)} entries but 'shape' has {len(self.shape)} factors")
         return self
 
 
@@ -291,14 +287,10 @@ def _axial_dims(params: AxialParams, dim: int) -> list[int]:
 
 def _initial_axial_tables(params: AxialParams, dims: list[int]) -> list[torch.Tensor]:
     """The seeded float32 tables E_i (n_i, d_i) ~ N(0, init_std), drawn in factor order from one generator."""
-    _check_seeded_size(
-        sum(n * d for n, d in zip(params.shape, dims, strict=True)), 1, ("body", "params", "shape")
-    )
+    _check_seeded_size(sum(n * d for n, d in zip(params.shape, dims, strict=True)), 1, ("body", "params", "shape"))
     generator = _seeded_generator(params.seed)
     return [
-        torch.nn.init.normal_(
-            torch.empty(rows, width, dtype=torch.float32), std=params.init_std, generator=generator
-        )
+        torch.nn.init.normal_(torch.empty(rows, width, dtype=torch.float32), std=params.init_std, generator=generator)
         for rows, width in zip(params.shape, dims, strict=True)
     ]
 
@@ -312,8 +304,7 @@ def axial_init(params: AxialParams, ctx: AbsoluteContext) -> dict[str, list[torc
     "axial",
     kind=Kind.ABSOLUTE,
     params=AxialParams,
-    paper="Kitaev, Kaiser, Levskaya. Reformer: The Efficient Transformer (ICLR 2020). "
-    "https://arxiv.org/abs/2001.04451",
+    paper="Kitaev, Kaiser, Levskaya. Reformer: The Efficient Transformer (ICLR 2020). https://arxiv.org/abs/2001.04451",
     learned=True,
     learned_init=axial_init,
     conventions={
@@ -451,9 +442,7 @@ def sinusoidal_3d(params: Sinusoidal3dParams, ctx: AbsoluteContext) -> torch.Ten
     else:
         dims = params.dims if params.dims is not None else _even_split(ctx.dim, 3, granularity=2)
         if sum(dims) != ctx.dim:
-            raise InvalidInput(
-                ("body", "params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={ctx.dim}"
-            )
+            raise InvalidInput(("body", "params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={ctx.dim}")
         if min(dims) < 2:
             raise InvalidInput(
                 ("body", "dim"), f"sinusoidal_3d needs dim >= 6 to give every axis a pair, got {ctx.dim}"

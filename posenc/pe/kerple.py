@@ -147,9 +147,7 @@ _CONVENTIONS = {
     learned_init=kerple_log_learned_init,
     conventions={**_CONVENTIONS, "parameterisation": "paper r1, r2 (reference bias_p = r1, bias_a = r2)"},
 )
-def kerple_log(
-    params: KerpleLogParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext
-) -> torch.Tensor:
+def kerple_log(params: KerpleLogParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
     """KERPLE logarithmic kernel: B[h, i, j] = −r1_h·log(1 + r2_h·|i − j|), r1, r2 > 0 learned per head.
 
     Computed with log1p, which stays accurate when r2·|i − j| is small.
@@ -173,9 +171,7 @@ def kerple_log(
     learned_init=kerple_power_learned_init,
     conventions={**_CONVENTIONS, "parameterisation": "paper r1, r2 (reference bias_a = r1, bias_p = r2)"},
 )
-def kerple_power(
-    params: KerplePowerParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext
-) -> torch.Tensor:
+def kerple_power(params: KerplePowerParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
     """KERPLE power kernel: B[h, i, j] = −r1_h·|i − j|^{r2_h}, r1 > 0 and 0 < r2 <= 2 learned per head.
 
     With r1 = ALiBi's slopes and r2 = 1 this is ALiBi (the reference's 'original' option).

@@ -20,9 +20,7 @@ X_AXIS, Y_AXIS = 0, 1  # column index of x and y in the (N, 2) positions
 
 
 class Rope2dAxialParams(MethodParams):
-    base: float = Field(
-        default=100.0, gt=1, description="θ in ω_k = θ^(−4k/d) (RoPE-Axial: 100; RoPE-Mixed init: 10)"
-    )
+    base: float = Field(default=100.0, gt=1, description="θ in ω_k = θ^(−4k/d) (RoPE-Axial: 100; RoPE-Mixed init: 10)")
 
 
 @register(

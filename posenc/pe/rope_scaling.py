@@ -36,15 +36,11 @@ ORIGINAL_LENGTH_DESCRIPTION = "L, the pretraining context length (NOT the extend
 def _ntk_exponent(ctx: RotaryContext) -> float:
     """d/(d−2), the exponent that makes NTK scaling divide the lowest frequency by exactly s."""
     if ctx.rotary_dim < 4:
-        raise InvalidInput(
-            ("body", "rotary_dim"), f"NTK scaling needs rotary_dim >= 4 (d/(d-2)), got {ctx.rotary_dim}"
-        )
+        raise InvalidInput(("body", "rotary_dim"), f"NTK scaling needs rotary_dim >= 4 (d/(d-2)), got {ctx.rotary_dim}")
     return ctx.rotary_dim / (ctx.rotary_dim - 2)
 
 
-def _as_frequencies(
-    inv_freq64: torch.Tensor, ctx: RotaryContext, attention_scale: float = 1.0
-) -> RotaryFrequencies:
+def _as_frequencies(inv_freq64: torch.Tensor, ctx: RotaryContext, attention_scale: float = 1.0) -> RotaryFrequencies:
     """Round the float64 frequencies once to the context dtype and device."""
     return RotaryFrequencies(
         inv_freq=inv_freq64.to(device=ctx.device, dtype=ctx.dtype), attention_scale=attention_scale

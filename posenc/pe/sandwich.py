@@ -67,9 +67,7 @@ def sandwich_profile(distance: torch.Tensor, d_bar: int, k_start: int, base: flo
         "scale_placement": "added after the 1/sqrt(d) scaling",
     },
 )
-def sandwich(
-    params: SandwichParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext
-) -> torch.Tensor:
+def sandwich(params: SandwichParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
     """Sandwich: B[h, i, j] = b(|i − j|)·H/(8(h+1)), b(Δ) = Σ_k cos(Δ·base^(−2k/d̄)) (``sandwich_profile``).
 
     b is the inner product p_iᵀp_j of two sinusoidal encodings of width d̄: parameter-free, roughly

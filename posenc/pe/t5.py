@@ -50,9 +50,7 @@ def relative_position_bucket(
     ratio = distance.clamp(min=1).to(torch.float32) / max_exact
     log_scale = math.log(max_distance / max_exact)
     # .to(int64) truncates toward zero, as the reference's int cast does; the values used here are >= 0
-    log_bucket = max_exact + (torch.log(ratio) / log_scale * (buckets_per_direction - max_exact)).to(
-        torch.int64
-    )
+    log_bucket = max_exact + (torch.log(ratio) / log_scale * (buckets_per_direction - max_exact)).to(torch.int64)
     log_bucket = log_bucket.clamp(max=buckets_per_direction - 1)
     return offset + torch.where(distance < max_exact, distance, log_bucket)
 
@@ -135,8 +133,6 @@ def t5(params: T5Params, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasCont
     bidirectional = (not ctx.causal) if params.bidirectional is None else params.bidirectional
     table = _embedding_table(params, ctx.num_heads).to(device=q_pos.device, dtype=ctx.dtype)  # (nb, H)
     key_minus_query = -relative_positions(q_pos, k_pos)  # (Nq, Nk) int64, n = j - i
-    buckets = relative_position_bucket(
-        key_minus_query, bidirectional, params.num_buckets, params.max_distance
-    )
+    buckets = relative_position_bucket(key_minus_query, bidirectional, params.num_buckets, params.max_distance)
     per_pair = table[buckets]  # (Nq, Nk, H)
     return per_pair.permute(2, 0, 1).contiguous()  # (H, Nq, Nk)

@@ -20,9 +20,7 @@ XPOS_GAMMA = 0.4  # γ in ζ_k = (2k/d + γ)/(1 + γ), fixed by the paper and to
 
 class XposParams(MethodParams):
     base: float = Field(default=10000.0, gt=1, description="θ of the RoPE angles, ω_k = θ^(−2k/d)")
-    scale_base: float = Field(
-        default=512.0, gt=0, description="λ in ζ^(n/λ) (torchscale: 512; NeMo's port: 2048)"
-    )
+    scale_base: float = Field(default=512.0, gt=0, description="λ in ζ^(n/λ) (torchscale: 512; NeMo's port: 2048)")
 
 
 @register(

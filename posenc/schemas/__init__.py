@@ -11,6 +11,7 @@ from posenc.schemas.compute import (
 )
 from posenc.schemas.errors import FieldError, Problem
 from posenc.schemas.jobs import (
+    ComputeJobSpec,
     Job,
     JobCreate,
     JobList,
@@ -32,6 +33,7 @@ __all__ = [
     "TENSOR_DTYPES",
     "AttentionRequest",
     "BiasRequest",
+    "ComputeJobSpec",
     "EncodingRequest",
     "FieldError",
     "Job",

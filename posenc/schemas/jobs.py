@@ -1,7 +1,8 @@
 """Jobs: what a client submits, and the record it polls.
 
 Spec field names (``methods``, ``data``, ``model``, ``train``, ``eval``, ``seeds``) are the contract;
-every other field has a default.
+every other field has a default. Kind ``compute`` takes another spec, ``{"route", "request"}``: a request of one
+of the compute routes, run by a worker, its tensors written to an artifact.
 """
 
 from __future__ import annotations
@@ -9,9 +10,27 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
-JobKind = Literal["train", "extrapolate", "benchmark"]
+from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+
+JobKind = Literal["train", "extrapolate", "benchmark", "compute"]
+ComputeRoute = Literal["bias", "rotary", "encodings", "attention"]
+ComputeRequest = BiasRequest | RotaryRequest | EncodingRequest | AttentionRequest
+COMPUTE_REQUESTS: dict[str, type[ComputeRequest]] = {
+    "bias": BiasRequest,
+    "rotary": RotaryRequest,
+    "encodings": EncodingRequest,
+    "attention": AttentionRequest,
+}
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired"})
 SyntheticTask = Literal["copy", "reverse", "addition"]
@@ -86,15 +105,74 @@ class JobSpec(_Strict):
     )
 
 
+class ComputeJobSpec(_Strict):
+    """Kind ``compute``: the body of ``POST /v1/{route}``, run by a worker without the gateway's output budget
+    (``max_job_output_bytes`` instead); every tensor goes to the artifact ``tensors.safetensors``."""
+
+    route: ComputeRoute = Field(description="the compute route whose request this is: POST /v1/{route}")
+    request: ComputeRequest = Field(
+        description="that route's JSON request body, validated by its model; tensors inline or {'random': ...}"
+    )
+
+    @field_validator("request", mode="wrap")
+    @classmethod
+    def _request_of_the_route(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # Validated by the route's model alone, so errors name its fields (request.num_heads), not a union member.
+        model = COMPUTE_REQUESTS.get(info.data.get("route", ""))
+        if model is None:
+            return value  # the route is invalid and reported; the request cannot be checked without it
+        return model.model_validate(value)
+
+
+_COMPUTE_FIELDS = frozenset(ComputeJobSpec.model_fields)
+_TRAINING_FIELDS = frozenset(JobSpec.model_fields)
+
+
 class JobCreate(_Strict):
     kind: JobKind
-    spec: JobSpec
+    spec: JobSpec | ComputeJobSpec = Field(
+        description="train, extrapolate, benchmark: a JobSpec; compute: a ComputeJobSpec {route, request}"
+    )
+
+    @field_validator("spec", mode="wrap")
+    @classmethod
+    def _spec_of_the_kind(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # One model per kind (no union matching): errors name the fields of the spec the kind takes.
+        kind = info.data.get("kind")
+        if kind is None:
+            return value  # the kind is invalid and reported
+        model: type[JobSpec | ComputeJobSpec] = ComputeJobSpec if kind == "compute" else JobSpec
+        if _is_spec_of_the_other_kind(value, model):
+            if kind == "compute":
+                raise ValueError(
+                    "a compute job takes a spec {'route', 'request'}: the request of POST /v1/{route}, "
+                    "not a training spec (methods, data, model, ...)"
+                )
+            raise ValueError(
+                f"a {kind} job takes a training spec (methods, data, model, train, eval, seeds); "
+                "a spec {'route', 'request'} is for kind 'compute'"
+            )
+        return model.model_validate(value)
 
     @model_validator(mode="after")
     def _one_method_unless_benchmark(self) -> JobCreate:
-        if self.kind != "benchmark" and len(self.spec.methods) != 1:
+        if isinstance(self.spec, JobSpec) and self.kind != "benchmark" and len(self.spec.methods) != 1:
             raise ValueError(f"a {self.kind} job takes exactly one method; use kind='benchmark' for several")
         return self
+
+
+def _is_spec_of_the_other_kind(value: Any, model: type[JobSpec | ComputeJobSpec]) -> bool:
+    other, own_fields, other_fields = (
+        (JobSpec, _COMPUTE_FIELDS, _TRAINING_FIELDS)
+        if model is ComputeJobSpec
+        else (ComputeJobSpec, _TRAINING_FIELDS, _COMPUTE_FIELDS)
+    )
+    if isinstance(value, BaseModel):
+        return isinstance(value, other)
+    if isinstance(value, dict):
+        keys = set(value)
+        return bool(keys & other_fields) and not keys & own_fields
+    return False
 
 
 class JobProgress(BaseModel):

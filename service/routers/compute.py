@@ -12,8 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
-from service.compute import (
+from posenc.compute import (
     ATTENTION_TENSOR_FIELDS,
     ROTARY_TENSOR_FIELDS,
     Prepared,
@@ -22,6 +21,7 @@ from service.compute import (
     prepare_encoding,
     prepare_rotary,
 )
+from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
 from service.deps import MediaTypeDep, SettingsDep, SlotsDep, TensorNameDep
 from service.errors import ProblemError
 from service.limits import check_input_budget, check_json_budget, check_output_budget
@@ -44,7 +44,7 @@ _BINARY_BODY_TYPES = (SAFETENSORS, "application/x-safetensors")
 def _respond(
     prepared: Prepared, media_type: str, tensor: str | None, settings: SettingsDep, slots: SlotsDep
 ) -> Response:
-    check_input_budget(prepared.input_elements, settings)
+    check_input_budget(prepared.input_elements, settings, prepared.jobs_hint)
     check_output_budget(prepared.total_bytes, settings, prepared.budget_hint)
     if media_type == JSON:
         check_json_budget(prepared.output_elements, settings)
@@ -135,8 +135,7 @@ def compute_encoding(
     summary="Post-softmax attention weights (B, H, Nq, Nk) with the method applied by its kind",
     response_class=Response,
     responses=tensor_responses(
-        "tensor `weights`; with stats also `entropy` (H,), `mean_distance` (H,) and "
-        "`mass_by_distance` (H, max(Nq, Nk))"
+        "tensor `weights`; with stats also `entropy` (H,), `mean_distance` (H,) and `mass_by_distance` (H, max(Nq, Nk))"
     ),
     openapi_extra=binary_request_body(AttentionRequest, sorted(ATTENTION_TENSOR_FIELDS)),
 )

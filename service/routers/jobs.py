@@ -30,7 +30,7 @@ from posenc.jobstore import (
     store_from_settings,
 )
 from posenc.schemas.errors import Problem
-from posenc.schemas.jobs import Job, JobCreate, JobKind, JobList, JobStatus
+from posenc.schemas.jobs import Job, JobCreate, JobKind, JobList, JobSpec, JobStatus
 from posenc.settings import Settings
 from service.errors import ProblemError
 from workers.app import create_app as create_celery_app
@@ -63,9 +63,7 @@ def _redis_available() -> Iterator[None]:
     try:
         yield
     except (RedisError, RuntimeError) as exc:
-        raise ProblemError(
-            503, f"the job store (Redis) is unavailable: {exc}", headers={"Retry-After": "5"}
-        ) from exc
+        raise ProblemError(503, f"the job store (Redis) is unavailable: {exc}", headers={"Retry-After": "5"}) from exc
 
 
 def _store(request: Request) -> JobStore:
@@ -100,8 +98,8 @@ def _get_or_404(store: JobStore, job_id: str) -> Job:
     "",
     name="create",
     status_code=202,
-    summary="Queue a job (train, extrapolate, benchmark)",
-    responses={404: _PROBLEM, 409: _PROBLEM, 422: _PROBLEM, 503: _PROBLEM},
+    summary="Queue a job (train, extrapolate, benchmark, compute)",
+    responses={404: _PROBLEM, 409: _PROBLEM, 413: _PROBLEM, 422: _PROBLEM, 503: _PROBLEM},
 )
 def create_job(
     body: JobCreate,
@@ -110,10 +108,14 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> Job:
     """Answers 202 with the queued job and its ``Location``. A repeat with the same ``Idempotency-Key`` and
-    body returns the same job; the same key with another body is a 422."""
-    validate_job(body)
+    body returns the same job; the same key with another body is a 422.
+
+    A ``compute`` job runs the request of ``POST /v1/{route}`` on a worker and writes its tensors to the
+    artifact ``tensors.safetensors``; it is checked here as the route would check it (unknown method 404, bad
+    values 422), against ``max_job_output_bytes`` (413) instead of the route's output budget."""
+    validate_job(body, max_compute_bytes=_settings(request).max_job_output_bytes)
     store = _store(request)
-    queue = queue_for_device(body.spec.device)
+    queue = queue_for_device(body.spec.device if isinstance(body.spec, JobSpec) else "cpu")
     job_id = new_job_id()
     with _redis_available():
         if queue == QUEUE_GPU and not any(QUEUE_GPU in w.get("queues", []) for w in store.live_workers()):
@@ -141,9 +143,7 @@ def create_job(
 
 def _replay(store: JobStore, key: str, job_id: str, body: JobCreate) -> Job | None:
     try:
-        earlier_id = store.reserve_idempotency_key(
-            key, job_id, body_fingerprint(body.model_dump(mode="json"))
-        )
+        earlier_id = store.reserve_idempotency_key(key, job_id, body_fingerprint(body.model_dump(mode="json")))
     except IdempotencyConflict as exc:
         raise ProblemError(
             422, f"this Idempotency-Key was already used with a different request body (job {exc.args[0]})"
@@ -241,9 +241,7 @@ def readyz(request: Request) -> dict[str, Any]:
         store = store_from_settings(settings)
         store.r.ping()
     except (RedisError, RuntimeError) as exc:
-        raise ProblemError(
-            503, f"not ready: redis: {exc}; workers: unknown", headers={"Retry-After": "5"}
-        ) from exc
+        raise ProblemError(503, f"not ready: redis: {exc}; workers: unknown", headers={"Retry-After": "5"}) from exc
     try:
         workers = store.live_workers()
     except RedisError as exc:

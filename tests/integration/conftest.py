@@ -40,9 +40,7 @@ CORPUS = (
 ) * 60
 
 
-def job_request(
-    corpus: Path, *, steps: int, method: str = "rope", checkpoint_every: int = 20
-) -> dict[str, Any]:
+def job_request(corpus: Path, *, steps: int, method: str = "rope", checkpoint_every: int = 20) -> dict[str, Any]:
     """A small train job (2 layers, dim 32, length 32): a few hundred steps take seconds on one core."""
     return {
         "kind": "train",
@@ -164,9 +162,7 @@ def start_worker(job_env: dict[str, str], tmp_path: Path, store: JobStore) -> It
         worker = Worker(process, log)
         started.append(worker)
         alive = runtime.wait_until(
-            lambda: (
-                any(w.get("pid") == process.pid for w in store.live_workers()) or process.poll() is not None
-            ),
+            lambda: any(w.get("pid") == process.pid for w in store.live_workers()) or process.poll() is not None,
             timeout=60,
         )
         assert alive, f"worker did not come up:\n{worker.tail()}"

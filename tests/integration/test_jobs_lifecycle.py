@@ -42,9 +42,7 @@ def test_job_is_queued_runs_with_progress_and_succeeds_across_a_gateway_restart(
 
         start_worker()
         history: list[dict[str, Any]] = []
-        jobs.wait(
-            client, job_id, lambda j: j["status"] == "running" and j["progress"]["step"] > 0, history=history
-        )
+        jobs.wait(client, job_id, lambda j: j["status"] == "running" and j["progress"]["step"] > 0, history=history)
         first_step = history[-1]["progress"]["step"]
         assert history[-1]["started_at"] is not None
         assert history[-1]["attempts"] == 1

@@ -21,9 +21,7 @@ STEPS = 600
 CHECKPOINT_EVERY = 20
 
 
-def _check_resumed_once(
-    done: dict[str, Any], history: list[dict[str, Any]], killed_at: int, store: JobStore
-) -> None:
+def _check_resumed_once(done: dict[str, Any], history: list[dict[str, Any]], killed_at: int, store: JobStore) -> None:
     assert done["status"] == "succeeded", done
     assert done["attempts"] == 2
     resumed = done["result"]["resumed_from_step"]
@@ -52,9 +50,7 @@ def test_kill_9_of_the_whole_worker_then_a_new_worker_resumes_the_job(
         body = jobs.request(corpus, steps=STEPS, checkpoint_every=CHECKPOINT_EVERY)
         job_id = client.post("/v1/jobs", json=body).json()["id"]
         history: list[dict[str, Any]] = []
-        running = jobs.wait(
-            client, job_id, lambda j: j["progress"]["step"] >= 3 * CHECKPOINT_EVERY, history=history
-        )
+        running = jobs.wait(client, job_id, lambda j: j["progress"]["step"] >= 3 * CHECKPOINT_EVERY, history=history)
         worker.kill_all()  # parent and child: the message stays unacked in Redis (visibility timeout: hours)
         killed_at = running["progress"]["step"]
 
@@ -73,9 +69,7 @@ def test_kill_9_of_the_prefork_child_requeues_at_once_and_resumes(
         body = jobs.request(corpus, steps=STEPS, checkpoint_every=CHECKPOINT_EVERY)
         job_id = client.post("/v1/jobs", json=body).json()["id"]
         history: list[dict[str, Any]] = []
-        running = jobs.wait(
-            client, job_id, lambda j: j["progress"]["step"] >= 3 * CHECKPOINT_EVERY, history=history
-        )
+        running = jobs.wait(client, job_id, lambda j: j["progress"]["step"] >= 3 * CHECKPOINT_EVERY, history=history)
         children = worker.children()
         assert len(children) == 1, children
         os.kill(children[0], signal.SIGKILL)  # task_reject_on_worker_lost puts the message back at once

@@ -51,9 +51,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_posenc_serve_from_a_clean_environment_runs_the_readme_job_and_stops_cleanly(
-    tmp_path: Path, jobs: Any
-) -> None:
+def test_posenc_serve_from_a_clean_environment_runs_the_readme_job_and_stops_cleanly(tmp_path: Path, jobs: Any) -> None:
     # A PATH with the tools the README uses and no redis-server, so the bundled one must be used.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -101,17 +99,13 @@ def test_posenc_serve_from_a_clean_environment_runs_the_readme_job_and_stops_cle
         assert redis_bin is not None
         assert any(cmd.startswith(str(redis_bin).encode()) for cmd in commands.values()), commands
         assert any(b"posenc.cli worker" in cmd for cmd in commands.values()), commands
-        assert (state_dir / "redis" / "appendonly.aof").exists() or (
-            state_dir / "redis" / "appendonlydir"
-        ).exists()
+        assert (state_dir / "redis" / "appendonly.aof").exists() or (state_dir / "redis" / "appendonlydir").exists()
 
         # The README's example, exactly as written, against this server's port.
         match = README_EXAMPLE.search((REPO / "README.md").read_text())
         assert match, "README.md has no job-curl-example block"
         script = match.group(1).replace("http://127.0.0.1:8000", base)
-        ran = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, timeout=60
-        )
+        ran = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, timeout=60)
         assert ran.returncode == 0, ran.stderr.decode()
         job = httpx.Response(200, content=ran.stdout).json()
         assert job["status"] in {"queued", "running"}

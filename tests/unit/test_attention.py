@@ -47,9 +47,7 @@ def rope_by_hand(x: torch.Tensor) -> torch.Tensor:
     theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     angle = torch.arange(x.shape[2], dtype=torch.float64)[:, None] * theta[None, :]
     a, b = x[..., : d // 2], x[..., d // 2 :]
-    return torch.cat(
-        (a * torch.cos(angle) - b * torch.sin(angle), a * torch.sin(angle) + b * torch.cos(angle)), -1
-    )
+    return torch.cat((a * torch.cos(angle) - b * torch.sin(angle), a * torch.sin(angle) + b * torch.cos(angle)), -1)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -69,9 +67,7 @@ def test_bias_is_added_after_the_scale() -> None:
     params = spec.parse_params({})
     maps = attention_maps(q, k, spec=spec, params=params, causal=False, scale=0.25)
     bias = bias_dense(spec, params, BiasContext(num_heads=2, query_length=4, key_length=4, causal=False))
-    torch.testing.assert_close(
-        maps.weights, reference(q, k, bias.double(), False, 0.25), rtol=1e-12, atol=1e-12
-    )
+    torch.testing.assert_close(maps.weights, reference(q, k, bias.double(), False, 0.25), rtol=1e-12, atol=1e-12)
 
 
 def test_rope_attention_rotates_q_and_k() -> None:
@@ -88,9 +84,7 @@ def test_absolute_encoding_is_added_to_q_and_k_of_every_head() -> None:
     params = spec.parse_params({})
     table = encoding(spec, params, AbsoluteContext(grid=(5,), dim=6, dtype=torch.float64))
     maps = attention_maps(q, k, spec=spec, params=params, causal=False)
-    torch.testing.assert_close(
-        maps.weights, reference(q + table[:4], k + table, None, False), rtol=1e-12, atol=1e-12
-    )
+    torch.testing.assert_close(maps.weights, reference(q + table[:4], k + table, None, False), rtol=1e-12, atol=1e-12)
 
 
 def test_nope_changes_nothing() -> None:
@@ -109,9 +103,7 @@ def test_causal_rows_ignore_the_future(method: str) -> None:
     changed = k.clone()
     changed[:, :, 4:] = randn(1, 2, 2, 8) * 100  # rewrite keys 4 and 5
     after = attention_maps(q, changed, spec=spec, params=params, causal=True).weights
-    torch.testing.assert_close(
-        after[:, :, :4], before[:, :, :4], rtol=0, atol=0
-    )  # queries 0..3 never see them
+    torch.testing.assert_close(after[:, :, :4], before[:, :, :4], rtol=0, atol=0)  # queries 0..3 never see them
     assert bool((torch.triu(before, diagonal=1) == 0).all())
     torch.testing.assert_close(before.sum(-1), torch.ones(1, 2, 6, dtype=torch.float64))
 
@@ -135,9 +127,7 @@ def test_fully_masked_rows_are_zero_not_nan() -> None:
     q, k = randn(2, 1, 3, 4), randn(2, 1, 3, 4)
     padding = torch.tensor([[True, False, False], [False, False, False]])
     spec = get_method("nope")
-    maps = attention_maps(
-        q, k, spec=spec, params=spec.parse_params({}), causal=True, key_padding_mask=padding
-    )
+    maps = attention_maps(q, k, spec=spec, params=spec.parse_params({}), causal=True, key_padding_mask=padding)
     assert not bool(maps.weights.isnan().any())
     assert maps.fully_masked.tolist() == [[[True, False, False]], [[False, False, False]]]
     torch.testing.assert_close(maps.weights[0, 0, 0], torch.zeros(3, dtype=torch.float64))
@@ -148,9 +138,7 @@ def test_fully_masked_rows_are_zero_not_nan() -> None:
 def test_odd_head_dim_under_a_rotary_method_names_q_shape() -> None:
     spec = get_method("rope")
     with pytest.raises(InvalidInput) as caught:
-        attention_maps(
-            randn(1, 1, 2, 3), randn(1, 1, 2, 3), spec=spec, params=spec.parse_params({}), causal=True
-        )
+        attention_maps(randn(1, 1, 2, 3), randn(1, 1, 2, 3), spec=spec, params=spec.parse_params({}), causal=True)
     assert caught.value.loc == ("body", "q", "shape")
 
 

@@ -27,9 +27,7 @@ def test_worker_refuses_no_queue_and_a_missing_redis_url(
 
 def test_serve_and_worker_take_the_documented_options() -> None:
     parser = cli._parser()
-    serve = parser.parse_args(
-        ["serve", "--host", "0.0.0.0", "--port", "9000", "--state-dir", "/x", "--workers", "2"]
-    )
+    serve = parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "9000", "--state-dir", "/x", "--workers", "2"])
     assert (serve.host, serve.port, serve.state_dir, serve.workers) == ("0.0.0.0", 9000, Path("/x"), 2)
     worker = parser.parse_args(["worker", "--queues", "gpu", "--concurrency", "1"])
     assert (worker.queues, worker.concurrency) == ("gpu", 1)
@@ -88,9 +86,7 @@ def test_supervised_process_is_restarted_until_stopped(tmp_path: Path) -> None:
         first = supervised.process
         assert first is not None
         os.kill(first.pid, signal.SIGKILL)
-        assert runtime.wait_until(
-            lambda: supervised.restarts == 1 and supervised.process is not first, timeout=20
-        )
+        assert runtime.wait_until(lambda: supervised.restarts == 1 and supervised.process is not first, timeout=20)
         assert runtime.wait_until(lambda: len(log.read_text().split()) == 2, timeout=20)
     finally:
         began = time.monotonic()

@@ -20,9 +20,7 @@ HEAVY = ("torch", "fastapi", "celery", "starlette", "numpy")
 
 def modules_loaded_by(statement: str) -> set[str]:
     code = f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     return set(json.loads(result.stdout))
 
 

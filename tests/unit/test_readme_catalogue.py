@@ -15,7 +15,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_readme_table_matches_the_code(markers: tuple[str, str], table: str) -> None:
     text = README.read_text()
     begin, end = markers
-    assert begin in text and end in text, f"README.md lost its {begin} block"
+    assert begin in text, f"README.md lost its {begin} marker"
+    assert end in text, f"README.md lost its {end} marker"
     shown = text[text.index(begin) + len(begin) : text.index(end)].strip()
     assert shown == table, "README.md is stale: run `python -m posenc.catalogue` and paste the tables"
 

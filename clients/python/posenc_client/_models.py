@@ -99,6 +99,28 @@ class BiasRequest(BaseModel):
     query_length: Annotated[int, Field(ge=1, le=1048576, title="Query Length")]
 
 
+class ComputeJobSpec(BaseModel):
+    """
+    Kind ``compute``: the body of ``POST /v1/{route}``, run by a worker without the gateway's output budget
+    (``max_job_output_bytes`` instead); every tensor goes to the artifact ``tensors.safetensors``.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    request: Annotated[
+        BiasRequest | RotaryRequest | EncodingRequest | AttentionRequest,
+        Field(title="Request"),
+    ]
+    """
+    that route's JSON request body, validated by its model; tensors inline or {'random': ...}
+    """
+    route: Annotated[Literal["bias", "rotary", "encodings", "attention"], Field(title="Route")]
+    """
+    the compute route whose request this is: POST /v1/{route}
+    """
+
+
 class DataSpec(BaseModel):
     """
     A character-level corpus (a name like 'stdlib' or 'tinyshakespeare', or a text file path) or a task.
@@ -201,7 +223,7 @@ class Job(BaseModel):
     error: Annotated[str | None, Field(title="Error")] = None
     finished_at: Annotated[AwareDatetime | None, Field(title="Finished At")] = None
     id: Annotated[str, Field(title="Id")]
-    kind: Annotated[Literal["train", "extrapolate", "benchmark"], Field(title="Kind")]
+    kind: Annotated[Literal["train", "extrapolate", "benchmark", "compute"], Field(title="Kind")]
     progress: JobProgress | None = None
     queue: Annotated[str, Field(title="Queue")] = "cpu"
     result: Annotated[dict[str, Any] | None, Field(title="Result")] = None
@@ -218,8 +240,11 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    kind: Annotated[Literal["train", "extrapolate", "benchmark"], Field(title="Kind")]
-    spec: JobSpec
+    kind: Annotated[Literal["train", "extrapolate", "benchmark", "compute"], Field(title="Kind")]
+    spec: Annotated[JobSpec | ComputeJobSpec, Field(title="Spec")]
+    """
+    train, extrapolate, benchmark: a JobSpec; compute: a ComputeJobSpec {route, request}
+    """
 
 
 class JobList(BaseModel):
@@ -396,7 +421,7 @@ class RandomTensor(BaseModel):
 
 
 class RotaryDim(RootModel[int]):
-    root: Annotated[int, Field(ge=2, title="Rotary Dim")] = None
+    root: Annotated[int, Field(ge=2, title="Rotary Dim")]
     """
     rotate only the first rotary_dim features (partial rotary); even
     """
@@ -457,7 +482,7 @@ class RotaryRequest(BaseModel):
 
 
 class Scale(RootModel[float]):
-    root: Annotated[float, Field(gt=0.0, title="Scale")] = None
+    root: Annotated[float, Field(gt=0.0, title="Scale")]
     """
     logit scale; default 1/sqrt(D)
     """

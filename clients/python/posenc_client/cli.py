@@ -57,8 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")
 
     submit = job_commands.add_parser("submit", help="queue a job from a JSON spec file")
-    submit.add_argument("spec", type=Path, help="SPEC.json: the job spec (methods, data, model, train, eval, ...)")
-    submit.add_argument("--kind", required=True, choices=["train", "extrapolate", "benchmark"])
+    submit.add_argument(
+        "spec",
+        type=Path,
+        help="SPEC.json: the job spec (methods, data, model, train, eval, ...; compute: route, request)",
+    )
+    submit.add_argument("--kind", required=True, choices=["train", "extrapolate", "benchmark", "compute"])
     submit.add_argument("--idempotency-key", help="reuse to make a repeated submit return the same job")
     _wait_options(submit)
     submit.add_argument("--wait", action="store_true", help="wait until the job ends")
@@ -71,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = job_commands.add_parser("list", help="list recent jobs")
     listing.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "cancelled", "expired"])
-    listing.add_argument("--kind", choices=["train", "extrapolate", "benchmark"])
+    listing.add_argument("--kind", choices=["train", "extrapolate", "benchmark", "compute"])
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=_jobs_list)
 

@@ -22,14 +22,10 @@ ROTARY = {
 
 def alibi_reference() -> torch.Tensor:
     spec = get_method("alibi")
-    return bias_dense(
-        spec, spec.parse_params({}), BiasContext(num_heads=4, query_length=6, key_length=6, causal=True)
-    )
+    return bias_dense(spec, spec.parse_params({}), BiasContext(num_heads=4, query_length=6, key_length=6, causal=True))
 
 
-@pytest.mark.parametrize(
-    "accept", [None, "*/*", "application/json", "application/*", "text/html;q=0.5, */*;q=0.1"]
-)
+@pytest.mark.parametrize("accept", [None, "*/*", "application/json", "application/*", "text/html;q=0.5, */*;q=0.1"])
 def test_json_is_the_default(client: TestClient, wire: Any, accept: str | None) -> None:
     headers = {"Accept": accept} if accept is not None else {}
     response = client.post("/v1/bias", json=ALIBI, headers=headers)
@@ -87,15 +83,11 @@ def test_tensor_query_picks_one_tensor(client: TestClient, wire: Any) -> None:
     )
     for name in ("q", "k", "cos", "sin"):
         for accept in ("application/octet-stream", "application/x-npy"):
-            response = client.post(
-                "/v1/rotary", json=ROTARY, params={"tensor": name}, headers={"Accept": accept}
-            )
+            response = client.post("/v1/rotary", json=ROTARY, params={"tensor": name}, headers={"Accept": accept})
             assert response.status_code == 200
             assert response.headers["x-posenc-tensors"] == "q,k,cos,sin"
             got = (
-                wire.octet_stream(response)
-                if accept.endswith("octet-stream")
-                else torch.from_numpy(wire.npy(response))
+                wire.octet_stream(response) if accept.endswith("octet-stream") else torch.from_numpy(wire.npy(response))
             )
             torch.testing.assert_close(got, all_of_them[name], rtol=0, atol=0)
     default = client.post("/v1/rotary", json=ROTARY, headers={"Accept": "application/octet-stream"})
@@ -115,23 +107,17 @@ def test_bfloat16_octet_stream_round_trips(client: TestClient, wire: Any) -> Non
     )
     assert response.headers["x-tensor-dtype"] == "bfloat16"
     assert len(response.content) == 4 * 6 * 6 * 2
-    torch.testing.assert_close(
-        wire.octet_stream(response), alibi_reference().to(torch.bfloat16), rtol=0, atol=0
-    )
+    torch.testing.assert_close(wire.octet_stream(response), alibi_reference().to(torch.bfloat16), rtol=0, atol=0)
 
 
 def test_bfloat16_as_npy_is_406_and_says_why(client: TestClient, wire: Any) -> None:
-    response = client.post(
-        "/v1/bias", json=ALIBI | {"dtype": "bfloat16"}, headers={"Accept": "application/x-npy"}
-    )
+    response = client.post("/v1/bias", json=ALIBI | {"dtype": "bfloat16"}, headers={"Accept": "application/x-npy"})
     problem = wire.problem(response, 406)
     assert "bfloat16" in problem["detail"]
     assert "numpy" in problem["detail"]
 
 
-@pytest.mark.parametrize(
-    "accept", ["text/html", "application/xml", "image/png, text/csv", "application/json;q=0"]
-)
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "image/png, text/csv", "application/json;q=0"])
 def test_anything_else_is_406(client: TestClient, wire: Any, accept: str) -> None:
     problem = wire.problem(client.post("/v1/bias", json=ALIBI, headers={"Accept": accept}), 406)
     assert "application/octet-stream" in problem["detail"]

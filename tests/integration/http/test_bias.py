@@ -30,9 +30,7 @@ def expected_dense(spec: MethodSpec, heads: int, q_len: int, k_len: int, causal:
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("spec", BIAS_METHODS, ids=lambda spec: spec.name)
-def test_dense_json_matches_the_library(
-    client: TestClient, wire: Any, spec: MethodSpec, causal: bool
-) -> None:
+def test_dense_json_matches_the_library(client: TestClient, wire: Any, spec: MethodSpec, causal: bool) -> None:
     request = {"method": spec.name, "num_heads": 3, "query_length": 4, "key_length": 9, "causal": causal}
     response = client.post("/v1/bias", json=request)
     assert response.status_code == 200, response.text
@@ -54,9 +52,7 @@ def test_toeplitz_table_expands_to_the_dense_bias(client: TestClient, wire: Any,
     assert table.shape == (2, 4 + 9 - 1)
     ctx = BiasContext(num_heads=2, query_length=4, key_length=9, causal=True)
     torch.testing.assert_close(table, bias_toeplitz(spec, spec.parse_params({}), ctx), rtol=0, atol=0)
-    torch.testing.assert_close(
-        toeplitz_to_dense(table, 4, 9), expected_dense(spec, 2, 4, 9, True), rtol=0, atol=0
-    )
+    torch.testing.assert_close(toeplitz_to_dense(table, 4, 9), expected_dense(spec, 2, 4, 9, True), rtol=0, atol=0)
     meta = response.headers["x-posenc-meta"]
     assert "i - j + key_length - 1" in meta
 

@@ -16,16 +16,12 @@ def body(tensors: dict[str, torch.Tensor], request: dict[str, Any]) -> bytes:
     return safetensors.torch.save(tensors, metadata={"request": json.dumps(request)})
 
 
-def test_rotary_from_a_safetensors_body_equals_the_json_request(
-    client: TestClient, wire: Any, inline: Any
-) -> None:
+def test_rotary_from_a_safetensors_body_equals_the_json_request(client: TestClient, wire: Any, inline: Any) -> None:
     q = torch.randn(1, 2, 6, 8, generator=torch.Generator().manual_seed(0))
     k = torch.randn(1, 2, 6, 8, generator=torch.Generator().manual_seed(1))
     positions = torch.tensor([3, 1, 4, 1, 5, 9])
     request = {"method": "rope_ntk", "params": {"factor": 2.0}, "pairing": "interleaved"}
-    binary = client.post(
-        "/v1/rotary", content=body({"q": q, "k": k, "positions": positions}, request), headers=BINARY
-    )
+    binary = client.post("/v1/rotary", content=body({"q": q, "k": k, "positions": positions}, request), headers=BINARY)
     assert binary.status_code == 200, binary.text
     as_json = client.post(
         "/v1/rotary",
@@ -71,9 +67,7 @@ def test_mixed_json_and_binary_fields(client: TestClient, wire: Any) -> None:
 
 def test_unexpected_tensor_is_422(client: TestClient, wire: Any) -> None:
     q = torch.zeros(1, 1, 2, 4)
-    response = client.post(
-        "/v1/rotary", content=body({"q": q, "v": q.clone()}, {"method": "rope"}), headers=BINARY
-    )
+    response = client.post("/v1/rotary", content=body({"q": q, "v": q.clone()}, {"method": "rope"}), headers=BINARY)
     assert wire.locs(wire.problem(response, 422)) == [["body", "v"]]
 
 
@@ -95,9 +89,7 @@ def test_validation_errors_point_into_the_request(client: TestClient, wire: Any)
 def test_nan_in_a_binary_tensor_is_422(client: TestClient, wire: Any) -> None:
     q = torch.zeros(1, 1, 2, 4)
     q[0, 0, 1, 2] = float("nan")
-    response = client.post(
-        "/v1/rotary", content=body({"q": q}, {"method": "rope", "rotate": "query"}), headers=BINARY
-    )
+    response = client.post("/v1/rotary", content=body({"q": q}, {"method": "rope", "rotate": "query"}), headers=BINARY)
     assert wire.locs(wire.problem(response, 422)) == [["body", "q", "data"]]
 
 

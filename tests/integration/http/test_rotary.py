@@ -44,12 +44,8 @@ def test_rope_matches_the_paper(client: TestClient, wire: Any, inline: Any, pair
     assert response.status_code == 200, response.text
     tensors, meta = wire.safetensors(response)
     positions = torch.arange(7) + 5
-    torch.testing.assert_close(
-        tensors["q"], rope_by_hand(q, positions, 10000.0, pairing), rtol=1e-12, atol=1e-12
-    )
-    torch.testing.assert_close(
-        tensors["k"], rope_by_hand(k, positions, 10000.0, pairing), rtol=1e-12, atol=1e-12
-    )
+    torch.testing.assert_close(tensors["q"], rope_by_hand(q, positions, 10000.0, pairing), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(tensors["k"], rope_by_hand(k, positions, 10000.0, pairing), rtol=1e-12, atol=1e-12)
     assert meta["pairing"] == pairing
     assert meta["dtype"] == "float64"
 
@@ -147,9 +143,7 @@ def test_xpos_scales_queries_up_and_keys_down(client: TestClient, wire: Any, inl
         client.post("/v1/rotary", json=request, headers={"Accept": "application/vnd.safetensors"})
     )
     rope = wire.safetensors(
-        client.post(
-            "/v1/rotary", json=request | {"method": "rope"}, headers={"Accept": "application/vnd.safetensors"}
-        )
+        client.post("/v1/rotary", json=request | {"method": "rope"}, headers={"Accept": "application/vnd.safetensors"})
     )[0]
     # rotation keeps pair norms, so the xPos scale shows in the per-token norm ratio against plain RoPE
     q_ratio = tensors["q"].norm(dim=-1) / rope["q"].norm(dim=-1)

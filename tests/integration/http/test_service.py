@@ -39,10 +39,7 @@ def test_metrics_see_held_and_refused_slots(make_client: Any) -> None:
     slots = client.app.state.compute_slots  # type: ignore[attr-defined]
     assert slots.try_acquire()
     try:
-        assert (
-            client.post("/v1/bias", json={"method": "alibi", "num_heads": 1, "query_length": 2}).status_code
-            == 503
-        )
+        assert client.post("/v1/bias", json={"method": "alibi", "num_heads": 1, "query_length": 2}).status_code == 503
         text = client.get("/metrics").text
     finally:
         slots.release()

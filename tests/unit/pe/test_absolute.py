@@ -96,9 +96,7 @@ T17_TOKEN6 = [0, 0, 1, 1, 0.9092974268, 0.0199986667, -0.4161468365, 0.999800006
 def test_sinusoidal_paper_golden_t7() -> None:
     table = encode("sinusoidal", (6,), 8)
     for position, golden in T7_PAPER.items():
-        torch.testing.assert_close(
-            table[position], torch.tensor(golden, dtype=torch.float64), atol=1e-9, rtol=0
-        )
+        torch.testing.assert_close(table[position], torch.tensor(golden, dtype=torch.float64), atol=1e-9, rtol=0)
 
 
 def test_sinusoidal_t2t_golden_t7() -> None:
@@ -256,9 +254,7 @@ def test_axial_rows_follow_the_mixed_radix_rule() -> None:
 
 def test_axial_three_factors() -> None:
     generator = torch.Generator().manual_seed(0)
-    tables = [
-        torch.randn(n, d, dtype=torch.float64, generator=generator) for n, d in ((2, 1), (3, 2), (4, 3))
-    ]
+    tables = [torch.randn(n, d, dtype=torch.float64, generator=generator) for n, d in ((2, 1), (3, 2), (4, 3))]
     out = encode("axial", (24,), 6, shape=[2, 3, 4], dims=[1, 2, 3], tables=[as_wire(t) for t in tables])
     for p in range(24):
         digits = (p // 12, (p // 4) % 3, p % 4)
@@ -367,9 +363,7 @@ def test_sinusoidal_3d_default_dims_split_pairs_evenly() -> None:
 def test_sinusoidal_3d_sum_is_the_sum_of_three_full_width_factors() -> None:
     out = encode("sinusoidal_3d", (2, 3, 4), 12, combine="sum")
     for t, r, c in ((0, 0, 0), (1, 2, 3), (1, 0, 2)):
-        expected = [
-            a + b + d for a, b, d in zip(ref_emb1d(t, 12), ref_emb1d(r, 12), ref_emb1d(c, 12), strict=True)
-        ]
+        expected = [a + b + d for a, b, d in zip(ref_emb1d(t, 12), ref_emb1d(r, 12), ref_emb1d(c, 12), strict=True)]
         torch.testing.assert_close(out[t, r, c], torch.tensor(expected, dtype=torch.float64))
 
 

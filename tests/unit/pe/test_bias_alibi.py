@@ -32,9 +32,7 @@ def paper_slopes(num_heads: int) -> list[float]:
 
 def alibi_reference(slopes: list[float], nq: int, nk: int, symmetric: bool) -> torch.Tensor:
     """−m_h·(i − j) (or −m_h·|i − j|), float64, unmasked, from plain Python."""
-    rows = [
-        [[-m * (abs(i - j) if symmetric else (i - j)) for j in range(nk)] for i in range(nq)] for m in slopes
-    ]
+    rows = [[[-m * (abs(i - j) if symmetric else (i - j)) for j in range(nk)] for i in range(nq)] for m in slopes]
     return torch.tensor(rows, dtype=torch.float64)
 
 
@@ -78,9 +76,7 @@ def test_slopes_follow_the_paper_rule_for_every_head_count(heads: int) -> None:
 
 def test_max_bias_generalises_the_eight() -> None:
     # MPT / llama.cpp: max_bias replaces the constant 8, so max_bias = 4 gives the square roots
-    assert alibi_slopes(12, max_bias=4.0) == pytest.approx(
-        [math.sqrt(m) for m in paper_slopes(12)], rel=1e-14
-    )
+    assert alibi_slopes(12, max_bias=4.0) == pytest.approx([math.sqrt(m) for m in paper_slopes(12)], rel=1e-14)
 
 
 # --------------------------------------------------------------------------------------------- bias

@@ -17,12 +17,8 @@ from posenc.pe.fire import fire_normalized_distance
 
 def test_t15_normalised_inputs() -> None:
     near = fire_normalized_distance(torch.tensor([10]), torch.arange(4), c=0.1, threshold=512.0, eps=1e-6)
-    assert near[0].tolist() == pytest.approx(
-        [0.1752547529, 0.1622857993, 0.1486154883, 0.1341636028], rel=1e-9
-    )
-    far = fire_normalized_distance(
-        torch.tensor([1000]), torch.tensor([0, 999]), c=0.1, threshold=512.0, eps=1e-6
-    )
+    assert near[0].tolist() == pytest.approx([0.1752547529, 0.1622857993, 0.1486154883, 0.1341636028], rel=1e-9)
+    far = fire_normalized_distance(torch.tensor([1000]), torch.tensor([0, 999]), c=0.1, threshold=512.0, eps=1e-6)
     assert far[0].tolist() == pytest.approx([0.9999997833, 0.0206517162], rel=1e-9)
 
 
@@ -34,9 +30,7 @@ def normalised_reference(i: int, j: int, c: float, threshold: float, eps: float)
 def test_normalised_inputs_match_the_reference_and_stay_in_the_unit_interval() -> None:
     q_pos, k_pos = torch.arange(0, 3000, 37), torch.arange(0, 3000, 41)
     got = fire_normalized_distance(q_pos, k_pos, c=0.3, threshold=100.0, eps=1e-6)
-    expected = [
-        [normalised_reference(i, j, 0.3, 100.0, 1e-6) for j in k_pos.tolist()] for i in q_pos.tolist()
-    ]
+    expected = [[normalised_reference(i, j, 0.3, 100.0, 1e-6) for j in k_pos.tolist()] for i in q_pos.tolist()]
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-13, atol=1e-15)
     causal_part = got[k_pos[None, :] <= q_pos[:, None]]
     assert bool((causal_part >= 0).all())
@@ -132,9 +126,7 @@ def test_seeded_mlp_follows_the_linear_default_init() -> None:
     spec = get_method("fire")
     assert spec.learned_init is not None
     width = 256
-    initial = spec.learned_init(
-        spec.parse_params({"mlp_width": width, "seed": 2}), BiasContext(64, 1, 1, False)
-    )
+    initial = spec.learned_init(spec.parse_params({"mlp_width": width, "seed": 2}), BiasContext(64, 1, 1, False))
     shapes = {"mlp_w1": (width, 1), "mlp_b1": (width,), "mlp_w2": (64, width), "mlp_b2": (64,)}
     bounds = {"mlp_w1": 1.0, "mlp_b1": 1.0, "mlp_w2": 1 / math.sqrt(width), "mlp_b2": 1 / math.sqrt(width)}
     for name, tensor in initial.items():

@@ -47,9 +47,7 @@ def test_t15_log_goldens(r1: float, r2: float, golden: list[float]) -> None:
 
 def test_t15_power_golden() -> None:
     golden = [0, -1, -1.4142135624, -1.7320508076, -2, -2.2360679775]
-    assert _distances_0_to_5("kerple_power", r1=[1.0], r2=[0.5]) == pytest.approx(
-        golden, rel=1e-10, abs=1e-12
-    )
+    assert _distances_0_to_5("kerple_power", r1=[1.0], r2=[0.5]) == pytest.approx(golden, rel=1e-10, abs=1e-12)
 
 
 R1 = [0.3, 1.7, 0.05]
@@ -64,9 +62,7 @@ def kernel_reference(kind: str, nq: int, nk: int) -> torch.Tensor:
             return -r1 * math.log(1.0 + r2 * distance)
         return -r1 * math.pow(distance, r2)
 
-    rows = [
-        [[value(a, p, abs(i - j)) for j in range(nk)] for i in range(nq)] for a, p in zip(R1, R2, strict=True)
-    ]
+    rows = [[[value(a, p, abs(i - j)) for j in range(nk)] for i in range(nq)] for a, p in zip(R1, R2, strict=True)]
     return torch.tensor(rows, dtype=torch.float64)
 
 

@@ -74,9 +74,7 @@ def test_causal_rows_ignore_future_keys(spec: MethodSpec, nq: int) -> None:
     assert bool(torch.isfinite(short[:, ~future]).all())
     # the extra keys are all in the future of every query that sees them: nothing visible changes
     assert torch.equal(longer[:, :, :6], short)
-    assert bool(
-        torch.isneginf(longer[:, :, 6:][:, torch.arange(5)[None, :] + 6 > torch.arange(nq)[:, None]]).all()
-    )
+    assert bool(torch.isneginf(longer[:, :, 6:][:, torch.arange(5)[None, :] + 6 > torch.arange(nq)[:, None]]).all())
 
 
 @pytest.mark.parametrize("spec", BIAS_METHODS, ids=_ids(BIAS_METHODS))

@@ -40,8 +40,7 @@ def sandwich_reference(heads: int, nq: int, nk: int, d_bar: int, k_start: int) -
         return total - d_bar / 2 if k_start == 1 else total
 
     rows = [
-        [[profile(abs(i - j)) * heads / (8.0 * (h + 1)) for j in range(nk)] for i in range(nq)]
-        for h in range(heads)
+        [[profile(abs(i - j)) * heads / (8.0 * (h + 1)) for j in range(nk)] for i in range(nq)] for h in range(heads)
     ]
     return torch.tensor(rows, dtype=torch.float64)
 

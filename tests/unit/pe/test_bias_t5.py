@@ -90,8 +90,7 @@ def _supplied(heads: int, num_buckets: int = 32) -> dict[str, Any]:
 def t5_reference(heads: int, nq: int, nk: int, bidirectional: bool) -> torch.Tensor:
     """B[h, i, j] = E[bucket(j − i), h] with the distinct-entry table above, float64."""
     rows = [
-        [[reference_bucket(j - i, bidirectional) + h / 100 for j in range(nk)] for i in range(nq)]
-        for h in range(heads)
+        [[reference_bucket(j - i, bidirectional) + h / 100 for j in range(nk)] for i in range(nq)] for h in range(heads)
     ]
     return torch.tensor(rows, dtype=torch.float64)
 

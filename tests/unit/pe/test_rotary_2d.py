@@ -18,9 +18,7 @@ def axial_frequencies(dim: int, **params: float) -> RotaryFrequencies:
     return rotary_frequencies(spec, spec.parse_params(params), RotaryContext(dim, 16, torch.float64))
 
 
-def rotate(
-    x: torch.Tensor, freqs: RotaryFrequencies, positions: torch.Tensor, pairing: Pairing
-) -> torch.Tensor:
+def rotate(x: torch.Tensor, freqs: RotaryFrequencies, positions: torch.Tensor, pairing: Pairing) -> torch.Tensor:
     cos, sin = rotary_tables(freqs, positions, torch.float64)
     return apply_rotary(x, cos, sin, pairing=pairing)
 
@@ -51,9 +49,7 @@ def test_matches_the_paper_reference(pairing: Pairing) -> None:
     quarter = dim // 4
     omega = np.array([theta ** (-4.0 * kk / dim) for kk in range(quarter)])  # (d/4,)
     pos = positions.numpy().astype(np.float64)
-    phase = np.concatenate(
-        [pos[:, :1] * omega, pos[:, 1:] * omega], axis=1
-    )  # (N, d/2): x pairs, then y pairs
+    phase = np.concatenate([pos[:, :1] * omega, pos[:, 1:] * omega], axis=1)  # (N, d/2): x pairs, then y pairs
     xn = x.numpy()
     z = xn[:, : dim // 2] + 1j * xn[:, dim // 2 :] if pairing == "half" else xn[:, 0::2] + 1j * xn[:, 1::2]
     rotated = z * np.exp(1j * phase)  # (N, d/2)

@@ -43,9 +43,7 @@ def reference_rope(x: np.ndarray, positions: np.ndarray, base: float, pairing: P
     """
     d = x.shape[-1]
     omega = np.array([base ** (-2.0 * k / d) for k in range(d // 2)])  # (d/2,)
-    z = (
-        x[:, : d // 2] + 1j * x[:, d // 2 :] if pairing == "half" else x[:, 0::2] + 1j * x[:, 1::2]
-    )  # (N, d/2)
+    z = x[:, : d // 2] + 1j * x[:, d // 2 :] if pairing == "half" else x[:, 0::2] + 1j * x[:, 1::2]  # (N, d/2)
     rotated = z * np.exp(1j * positions[:, None] * omega[None, :])  # (N, d/2)
     out = np.empty_like(x)
     if pairing == "half":
@@ -78,9 +76,7 @@ def test_t8_permutation_check() -> None:
     perm = half_to_interleaved_permutation(8)
     assert perm.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
     freqs, pos = frequencies("rope", {}, 8), torch.tensor([1])
-    torch.testing.assert_close(
-        rotate(x[:, perm], freqs, pos, "half"), rotate(x, freqs, pos, "interleaved")[:, perm]
-    )
+    torch.testing.assert_close(rotate(x[:, perm], freqs, pos, "half"), rotate(x, freqs, pos, "interleaved")[:, perm])
 
 
 def test_t9_inv_freq() -> None:
@@ -119,9 +115,7 @@ def test_float32_tables_stay_close_to_the_reference_at_long_positions() -> None:
     """The float32 path (float32 angles from int64 positions) is within float32 angle rounding of float64."""
     x = torch.randn(1, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     positions = torch.tensor([100000])
-    out32 = rotate(
-        x.float(), frequencies("rope", {}, 64, dtype=torch.float32), positions, "half", torch.float32
-    )
+    out32 = rotate(x.float(), frequencies("rope", {}, 64, dtype=torch.float32), positions, "half", torch.float32)
     expected = reference_rope(x.numpy(), positions.numpy().astype(np.float64), 10000.0, "half")
     # |angle| ≤ 1e5 rad carries ≤ ulp(1e5)/2 ≈ 4e-3 rad of float32 error; |x| ≲ 4, so ≲ 2e-2 per feature
     np.testing.assert_allclose(out32.double().numpy(), expected, rtol=0, atol=2e-2)

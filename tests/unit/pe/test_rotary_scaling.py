@@ -23,9 +23,7 @@ def frequencies(
     return rotary_frequencies(spec, spec.parse_params(params), RotaryContext(rotary_dim, seq_len, dtype))
 
 
-def rotate(
-    x: torch.Tensor, freqs: RotaryFrequencies, positions: torch.Tensor, pairing: Pairing
-) -> torch.Tensor:
+def rotate(x: torch.Tensor, freqs: RotaryFrequencies, positions: torch.Tensor, pairing: Pairing) -> torch.Tensor:
     cos, sin = rotary_tables(freqs, positions, torch.float64)
     return apply_rotary(x, cos, sin, pairing=pairing)
 
@@ -75,15 +73,11 @@ def test_t10_ntk_base(factor: float, dim: int, golden_base: float) -> None:
 
 def test_t10_ntk_inv_freq() -> None:
     inv_freq = frequencies("rope_ntk", {"factor": 4}, 128).inv_freq
-    torch.testing.assert_close(
-        inv_freq[:4], f64([1, 0.8471171852, 0.7176075254, 0.6078976669]), rtol=1e-9, atol=0
-    )
+    torch.testing.assert_close(inv_freq[:4], f64([1, 0.8471171852, 0.7176075254, 0.6078976669]), rtol=1e-9, atol=0)
     last = f64([4.74908051e-5, 4.02302771e-5, 3.40797591e-5, 2.88695496e-5])
     torch.testing.assert_close(inv_freq[-4:], last, rtol=1e-8, atol=0)
     original = rope_frequencies(10000.0, 128)
-    torch.testing.assert_close(
-        inv_freq[-1], original[-1] / 4, rtol=1e-13, atol=0
-    )  # lowest divided by exactly s
+    torch.testing.assert_close(inv_freq[-1], original[-1] / 4, rtol=1e-13, atol=0)  # lowest divided by exactly s
     assert inv_freq[0].item() == 1.0  # highest unchanged
 
 
@@ -287,9 +281,7 @@ def test_llama3_matches_the_wavelength_rule() -> None:
         else:
             blend = (length / wavelength - low) / (high - low)
             expected.append((1 - blend) * omega / factor + blend * omega)
-    torch.testing.assert_close(
-        frequencies("rope_llama3", {}, 128).inv_freq, f64(expected), rtol=1e-14, atol=0
-    )
+    torch.testing.assert_close(frequencies("rope_llama3", {}, 128).inv_freq, f64(expected), rtol=1e-14, atol=0)
 
 
 def test_llama3_rejects_an_empty_band() -> None:
@@ -308,19 +300,14 @@ def longrope_params(pairs: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(
-    ("max_length", "golden"), [(131072, 1.1902380714238083), (65536, 1.1547005383792517)]
-)
+@pytest.mark.parametrize(("max_length", "golden"), [(131072, 1.1902380714238083), (65536, 1.1547005383792517)])
 def test_t13_longrope_su_factor(max_length: int, golden: float) -> None:
     freqs = frequencies("rope_longrope", longrope_params(8, max_position_embeddings=max_length), 16)
     assert freqs.attention_scale == pytest.approx(golden, rel=1e-14)
 
 
 def test_longrope_factor_one_when_not_extended_and_override() -> None:
-    assert (
-        frequencies("rope_longrope", longrope_params(8, max_position_embeddings=4096), 16).attention_scale
-        == 1.0
-    )
+    assert frequencies("rope_longrope", longrope_params(8, max_position_embeddings=4096), 16).attention_scale == 1.0
     overridden = frequencies("rope_longrope", longrope_params(8, attention_factor=1.3), 16)
     assert overridden.attention_scale == 1.3
 
@@ -374,9 +361,7 @@ SCALINGS: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 @pytest.mark.parametrize(("name", "params"), SCALINGS)
-def test_scaled_scores_depend_only_on_relative_position(
-    name: str, params: dict[str, Any], pairing: Pairing
-) -> None:
+def test_scaled_scores_depend_only_on_relative_position(name: str, params: dict[str, Any], pairing: Pairing) -> None:
     gen = torch.Generator().manual_seed(5)
     q = torch.randn(2, 9, 40, dtype=torch.float64, generator=gen)  # (H, N, D) with a 32-wide rotated head
     k = torch.randn(2, 9, 40, dtype=torch.float64, generator=gen)
@@ -384,9 +369,7 @@ def test_scaled_scores_depend_only_on_relative_position(
     pos = torch.tensor([0, 1, 2, 8, 30, 31, 64, 100, 199])
     base_scores = rotate(q, freqs, pos, pairing) @ rotate(k, freqs, pos, pairing).transpose(-1, -2)
     for shift in (1, 77, 12345):
-        shifted = rotate(q, freqs, pos + shift, pairing) @ rotate(k, freqs, pos + shift, pairing).transpose(
-            -1, -2
-        )
+        shifted = rotate(q, freqs, pos + shift, pairing) @ rotate(k, freqs, pos + shift, pairing).transpose(-1, -2)
         torch.testing.assert_close(shifted, base_scores, rtol=0, atol=1e-10)
 
 

@@ -1,4 +1,9 @@
-"""``/v1/jobs``: queued training, extrapolation and benchmark jobs; ``wait()`` polls one to the end."""
+"""``/v1/jobs``: queued training, extrapolation, benchmark and compute jobs; ``wait()`` polls one to the end.
+
+A compute job runs one compute request on a worker, past the gateway's output budget:
+``client.jobs.create("compute", {"route": "bias", "request": {...}})``; its tensors are the artifact
+``tensors.safetensors``.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from posenc_client._transport import HTTPRequest, HTTPResponse
 from posenc_client._waiting import JobWatcher, ProgressCallback
 from posenc_client.resources._base import AsyncResource, SyncResource
 
-JobKind = Literal["train", "extrapolate", "benchmark"]
+JobKind = Literal["train", "extrapolate", "benchmark", "compute"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"]
 JSON_ACCEPT = {"Accept": "application/json"}
 

@@ -1,23 +1,34 @@
-"""Thin glue from the compute requests to ``posenc.pe`` and ``posenc.attention``.
+"""The compute requests, prepared and run: thin glue to ``posenc.pe`` and ``posenc.attention``.
 
 Each ``prepare_*`` resolves the method, validates its params and the declared tensor shapes, and works out
 every output's shape and dtype WITHOUT allocating or decoding anything; it returns a :class:`Prepared`
-whose ``run`` does the work. The route checks the budgets and takes a compute slot in between.
+whose ``run`` does the work. The gateway's routes check their budgets and take a compute slot in between;
+a ``compute`` job (:func:`run_compute_job`, on a worker) runs the same request without the gateway's output
+budget and writes every tensor to the artifact ``tensors.safetensors``.
+
+Errors: an unknown method raises ``UnknownMethodError`` (404), a bad value ``InvalidInput`` and bad params
+``FieldErrors`` (422), each naming the field from ``("body", ...)``; in a job, ``("body", "spec", "request", ...)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 import pydantic_core
+import safetensors.torch
 import torch
 from pydantic import BaseModel, ValidationError
 
 from posenc.attention import attention_maps, attention_statistics, compute_dtype_for
-from posenc.errors import InvalidInput
+from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
 from posenc.pe import (
     AbsoluteContext,
     BiasContext,
@@ -34,24 +45,69 @@ from posenc.pe import (
     xpos_scale,
 )
 from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from posenc.schemas.jobs import ComputeJobSpec, ComputeRequest, ComputeRoute
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn, tensor_fields
-from posenc.tensors import positions_tensor, to_torch, torch_dtype
-from service.errors import validation_error
-from service.limits import JOBS_HINT
-from service.transport import BinaryTensors, OutputSpec, TensorResult
+from posenc.tensors import dtype_name, positions_tensor, to_torch, torch_dtype
 
 ROTARY_TENSOR_FIELDS = frozenset({"q", "k", "positions"})
 ATTENTION_TENSOR_FIELDS = frozenset({"q", "k", "key_padding_mask"})
+ARTIFACT_NAME = "tensors.safetensors"
+RESULT_NAME = "result.json"
+JOB_REQUEST_LOC = ("body", "spec", "request")
+# How to get past the gateway's output budget; {route} and {request} are filled in by jobs_hint().
+JOBS_HINT = (
+    'or submit it as a job: POST /v1/jobs {{"kind": "compute", "spec": {{"route": "{route}", '
+    '"request": {request}}}}} and download ' + ARTIFACT_NAME + " from its artifacts"
+)
 Loc = tuple[str | int, ...]
+
+
+def jobs_hint(route: ComputeRoute) -> str:
+    """The 413 hint naming the compute job for ``route`` (a job takes JSON, never a safetensors body)."""
+    request = "<this body>" if route in ("bias", "encodings") else "<this body as JSON>"
+    return JOBS_HINT.format(route=route, request=request)
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class OutputSpec:
+    """A tensor a request will produce, known before anything is computed."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * ITEMSIZE[self.dtype]
+
+
+@dataclass
+class TensorResult:
+    tensors: dict[str, torch.Tensor]  # in response order; the first is the default single tensor
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class BinaryTensors(Protocol):
+    """Input tensors that came in a binary (safetensors) request body, by request field name."""
+
+    def __contains__(self, name: object, /) -> bool: ...
+
+    def get(self, name: str, /) -> torch.Tensor: ...
 
 
 @dataclass
 class Prepared:
+    route: ComputeRoute
     outputs: list[OutputSpec]
     workspace_bytes: int  # intermediate tensors beyond the outputs (scores, copies in compute dtype)
     input_elements: int
-    budget_hint: str  # how to get under the output budget
+    shrink_hint: str  # how to make the request itself smaller
     run: Callable[[], TensorResult]
 
     @property
@@ -62,6 +118,28 @@ class Prepared:
     def output_elements(self) -> int:
         return sum(output.elements for output in self.outputs)
 
+    @property
+    def jobs_hint(self) -> str:
+        return jobs_hint(self.route)
+
+    @property
+    def budget_hint(self) -> str:
+        """How to get under the gateway's output budget."""
+        return f"{self.shrink_hint}, {self.jobs_hint}"
+
+
+def prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors | None = None) -> Prepared:
+    """The ``prepare_*`` of ``route``; ``request`` must be that route's request model."""
+    if route == "bias" and isinstance(request, BiasRequest):
+        return prepare_bias(request)
+    if route == "rotary" and isinstance(request, RotaryRequest):
+        return prepare_rotary(request, binary)
+    if route == "encodings" and isinstance(request, EncodingRequest):
+        return prepare_encoding(request)
+    if route == "attention" and isinstance(request, AttentionRequest):
+        return prepare_attention(request, binary)
+    raise TypeError(f"route {route!r} does not take a {type(request).__name__}")
+
 
 # ------------------------------------------------------------------------------------------ method + params
 def resolve_method(name: str, *kinds: Kind) -> MethodSpec:
@@ -69,9 +147,7 @@ def resolve_method(name: str, *kinds: Kind) -> MethodSpec:
     spec = get_method(name)
     if spec.kind not in kinds:
         wanted = " or ".join(kind.value for kind in kinds)
-        raise InvalidInput(
-            ("body", "method"), f"{name!r} is a {spec.kind.value} method; this route takes {wanted}"
-        )
+        raise InvalidInput(("body", "method"), f"{name!r} is a {spec.kind.value} method; this route takes {wanted}")
     return spec
 
 
@@ -86,7 +162,7 @@ def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:
             if error["type"] == "extra_forbidden":
                 error = {**error, "msg": f"unknown parameter for {spec.name} (known: {known})"}
             errors.append(error)
-        raise validation_error(errors, ("body", "params")) from None
+        raise FieldErrors({**error, "loc": ("body", "params", *error["loc"])} for error in errors) from None
 
 
 def summarise(value: Any) -> Any:
@@ -159,9 +235,7 @@ def _decode(value: TensorIn, name: str, binary: BinaryTensors | None) -> torch.T
         tensor = binary.get(name)
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
-            raise InvalidInput(
-                (*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here"
-            )
+            raise InvalidInput((*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here")
         return tensor
     return to_torch(value, loc)
 
@@ -214,11 +288,10 @@ def prepare_bias(request: BiasRequest) -> Prepared:
     shape = (heads, q_len + k_len - 1) if toeplitz else (heads, q_len, k_len)
     compute_dtype = torch.float64 if request.dtype == "float64" else torch.float32
     table_bytes = heads * (q_len + k_len - 1) * ITEMSIZE[request.dtype]
-    hint = (
-        f"ask for form='toeplitz' (its (H, Nq + Nk - 1) table is {table_bytes} bytes), "
-        f"make the request smaller, " + JOBS_HINT
+    shrink_hint = (
+        f"ask for form='toeplitz' (its (H, Nq + Nk - 1) table is {table_bytes} bytes), make the request smaller"
         if spec.toeplitz and not toeplitz
-        else f"make the request smaller, {JOBS_HINT}"
+        else "make the request smaller"
     )
 
     def run() -> TensorResult:
@@ -238,10 +311,11 @@ def prepare_bias(request: BiasRequest) -> Prepared:
         return TensorResult({"bias": bias.to(torch_dtype(request.dtype))}, meta)
 
     return Prepared(
+        route="bias",
         outputs=[OutputSpec("bias", shape, request.dtype)],
         workspace_bytes=math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
         input_elements=_elements(tensor_fields(params)),
-        budget_hint=hint,
+        shrink_hint=shrink_hint,
         run=run,
     )
 
@@ -297,9 +371,7 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
         else:
             positions = _decode_positions(request.positions, binary)
             if positions.shape[0] != seq_len:
-                raise InvalidInput(
-                    ("body", "positions"), f"has {positions.shape[0]} positions, q has N={seq_len}"
-                )
+                raise InvalidInput(("body", "positions"), f"has {positions.shape[0]} positions, q has N={seq_len}")
         max_position = int(positions.max()) if positions.numel() else 0
         ctx = RotaryContext(rotary_dim=rotary_dim, seq_len=max_position + 1, dtype=compute_dtype)
         freqs = rotary_frequencies(spec, params, ctx)
@@ -327,10 +399,11 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
         return TensorResult(tensors, meta)
 
     return Prepared(
+        route="rotary",
         outputs=outputs,
         workspace_bytes=rotated_elements * ITEMSIZE[table_dtype],
         input_elements=_input_elements(request, params, ("q", "k", "positions")),
-        budget_hint=f"make the request smaller, {JOBS_HINT}",
+        shrink_hint="make the request smaller",
         run=run,
     )
 
@@ -345,9 +418,7 @@ def _rotary_dim(requested: int | None, head_dim: int) -> int:
             )
         return head_dim
     if requested % 2:
-        raise InvalidInput(
-            ("body", "rotary_dim"), f"must be even (features are rotated in pairs), got {requested}"
-        )
+        raise InvalidInput(("body", "rotary_dim"), f"must be even (features are rotated in pairs), got {requested}")
     if requested > head_dim:
         raise InvalidInput(("body", "rotary_dim"), f"{requested} is larger than the head dim D={head_dim}")
     return requested
@@ -379,10 +450,11 @@ def prepare_encoding(request: EncodingRequest) -> Prepared:
         return TensorResult({"encoding": table.to(torch_dtype(request.dtype))}, meta)
 
     return Prepared(
+        route="encodings",
         outputs=[OutputSpec("encoding", shape, request.dtype)],
         workspace_bytes=math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
         input_elements=_elements(tensor_fields(params)),
-        budget_hint=f"make the request smaller, {JOBS_HINT}",
+        shrink_hint="make the request smaller",
         run=run,
     )
 
@@ -461,9 +533,105 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
         return TensorResult(tensors, meta)
 
     return Prepared(
+        route="attention",
         outputs=outputs,
         workspace_bytes=workspace_elements * itemsize,
         input_elements=_input_elements(request, params, ("q", "k", "key_padding_mask")),
-        budget_hint=f"make the request smaller (fewer heads, shorter sequences), {JOBS_HINT}",
+        shrink_hint="make the request smaller (fewer heads, shorter sequences)",
         run=run,
     )
+
+
+# ---------------------------------------------------------------------------------------------------- jobs
+@contextmanager
+def _job_locs() -> Iterator[None]:
+    """Errors of the request name it where a job carries it: ("body", "spec", "request", ...)."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise exc.relocated(("body",), JOB_REQUEST_LOC) from None
+    except FieldErrors as exc:
+        raise exc.relocated(("body",), JOB_REQUEST_LOC) from None
+
+
+def prepare_job(spec: ComputeJobSpec) -> Prepared:
+    """The prepare step of a compute job: the gateway runs it at submission, the worker again before the work."""
+    with _job_locs():
+        prepared = prepare(spec.route, spec.request)
+    run = prepared.run
+
+    def run_with_job_locs() -> TensorResult:
+        with _job_locs():
+            return run()
+
+    return dataclasses.replace(prepared, run=run_with_job_locs)
+
+
+def check_job_budget(prepared: Prepared, limit: int) -> None:
+    """A compute job's own budget (``max_job_output_bytes``): outputs plus workspace; BudgetExceeded is a 413."""
+    if prepared.total_bytes > limit:
+        raise BudgetExceeded(
+            "the memory this compute job needs (outputs and workspace)",
+            prepared.total_bytes,
+            limit,
+            f"{prepared.shrink_hint} (the limit of a compute job is the setting max_job_output_bytes)",
+        )
+
+
+def safetensors_metadata(meta: Mapping[str, Any]) -> dict[str, str]:
+    """A result's meta as safetensors metadata: one JSON string per key (responses and artifacts alike)."""
+    return {key: json.dumps(value, default=str) for key, value in meta.items()}
+
+
+def run_compute_job(spec: ComputeJobSpec, *, job_dir: Path, max_bytes: int | None = None) -> dict[str, Any]:
+    """Run a compute job: every tensor with the meta to ``job_dir/tensors.safetensors``; returns the JSON-able
+    result ``{"route", "tensors": {name: {"dtype", "shape"}}, "meta", "artifact"}``.
+
+    Idempotent: ``result.json`` is written last, and a rerun that finds it returns it without computing again.
+    ``max_bytes`` is the job budget (``max_job_output_bytes``), checked again here as the gateway did.
+    """
+    result_file = job_dir / RESULT_NAME
+    if result_file.is_file() and (job_dir / ARTIFACT_NAME).is_file():
+        recorded: dict[str, Any] = json.loads(result_file.read_text())
+        return recorded
+    prepared = prepare_job(spec)
+    if max_bytes is not None:
+        check_job_budget(prepared, max_bytes)
+    computed = prepared.run()
+    tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in computed.tensors.items()}
+    _write_atomic(
+        job_dir / ARTIFACT_NAME,
+        lambda path: safetensors.torch.save_file(tensors, str(path), metadata=safetensors_metadata(computed.meta)),
+    )
+    result = {
+        "route": spec.route,
+        "tensors": {name: {"dtype": dtype_name(t.dtype), "shape": list(t.shape)} for name, t in tensors.items()},
+        "meta": _jsonable(computed.meta),
+        "artifact": ARTIFACT_NAME,
+    }
+    _write_atomic(
+        result_file, lambda path: path.write_text(json.dumps(result, indent=1, allow_nan=False), encoding="utf-8")
+    )
+    return result
+
+
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Write to a hidden temporary name beside ``path`` (never listed as an artifact), then rename into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _jsonable(value: Any) -> Any:
+    """Meta for a JSON job result: non-finite floats spelled "nan", "inf", "-inf" like tensors on the wire."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    return pydantic_core.to_jsonable_python(value, fallback=str)

@@ -1,0 +1,81 @@
+"""The CUDA path: every method gives the CPU answer on the GPU, and a training job runs there.
+
+Marked ``gpu``; skipped with a reason where CUDA is absent (CI has no GPU). Run on a CUDA host with
+``pytest -m gpu``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+import torch
+
+import posenc.pe as pe
+from posenc.schemas.jobs import JobSpec
+from posenc.training.hooks import NoHooks
+from posenc.training.jobs import run_job
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; this host has no usable GPU"),
+]
+CUDA = torch.device("cuda")
+ROTARY_PARAMS: dict[str, dict[str, Any]] = {
+    "rope_linear": {"factor": 4.0},
+    "rope_ntk": {"factor": 4.0},
+    "rope_dynamic_ntk": {"factor": 2.0, "original_max_position_embeddings": 64},
+    "rope_yarn": {"factor": 4.0, "original_max_position_embeddings": 64},
+    "rope_longrope": {
+        "short_factor": [1.0] * 16,
+        "long_factor": [2.0] * 16,
+        "original_max_position_embeddings": 64,
+        "max_position_embeddings": 256,
+    },
+}
+
+
+@pytest.mark.parametrize("spec", pe.list_methods("bias"), ids=lambda s: s.name)
+def test_bias_on_cuda_matches_cpu(spec: pe.MethodSpec) -> None:
+    params = spec.parse_params({"grid_width": 8} if spec.name == "alibi_2d" else {})
+    cpu = pe.bias_dense(spec, params, pe.BiasContext(num_heads=4, query_length=64, key_length=64, causal=True))
+    ctx = pe.BiasContext(num_heads=4, query_length=64, key_length=64, causal=True, device=CUDA)
+    gpu = pe.bias_dense(spec, params, ctx)
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in pe.list_methods("rotary") if s.name != "rope_2d_axial"], ids=lambda s: s.name
+)
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rotary_on_cuda_matches_cpu(spec: pe.MethodSpec, pairing: Literal["half", "interleaved"]) -> None:
+    params = spec.parse_params(ROTARY_PARAMS.get(spec.name, {}))
+    x = torch.randn(2, 4, 128, 32, generator=torch.Generator().manual_seed(0))
+    results = []
+    for device in (torch.device("cpu"), CUDA):
+        positions = torch.arange(128, device=device) + 100_000  # far positions: where precision bugs show
+        freqs = pe.rotary_frequencies(spec, params, pe.RotaryContext(rotary_dim=32, seq_len=100_128, device=device))
+        cos, sin = pe.rotary_tables(freqs, positions)
+        results.append(pe.apply_rotary(x.to(device), cos, sin, pairing=pairing).cpu())
+    torch.testing.assert_close(results[1], results[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_training_job_runs_on_cuda(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    spec = JobSpec.model_validate(
+        {
+            "methods": [{"method": "rope"}],
+            "data": {"corpus": str(corpus)},
+            "model": {"layers": 1, "dim": 32, "heads": 2},
+            "train": {"length": 32, "steps": 30, "batch_size": 8, "checkpoint_every": 10},
+            "eval": {"lengths": [32, 64], "max_tokens": 512},
+            "device": "cuda",
+        }
+    )
+    result = run_job("train", spec, job_dir=tmp_path / "job", artifact_root=tmp_path, hooks=NoHooks(), device="cuda")
+    assert result["device"] == "cuda"
+    assert torch.isfinite(torch.tensor(result["final_loss"]))
+    assert (tmp_path / "job" / "model.safetensors").is_file()
