@@ -42,6 +42,8 @@ from posenc.settings import Settings
 PREFIX = "posenc:"
 INDEX_KEY = PREFIX + "jobs:index"
 ACTIVE_KEY = PREFIX + "jobs:active"
+# queued jobs whose task message is not known to be published yet, scored by when they were queued (ms)
+UNPUBLISHED_KEY = PREFIX + "jobs:unpublished"
 WORKERS_KEY = PREFIX + "workers"
 WORKERS_INFO_KEY = PREFIX + "workers:info"
 CHECKPOINT_DIR_NAME = "checkpoints"
@@ -183,7 +185,7 @@ return 'requested'
 """
 )
 
-# KEYS: record lease active events cancel ; ARGV: now job_id
+# KEYS: record lease active events cancel unpublished ; ARGV: now job_id now_ms
 _REQUEUE_IF_ORPHANED = (
     _TERMINAL_LUA
     + """
@@ -198,6 +200,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   return 'cancelled'
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
 redis.call('RPUSH', KEYS[4], 'requeued (lease expired)|' .. ARGV[1])
 return 'requeued'
 """
@@ -273,13 +276,31 @@ class JobStore:
         pipe.rpush(k["events"], f"queued|{now}")
         pipe.expire(k["events"], self.ttl_s)
         pipe.zadd(INDEX_KEY, {job_id: time.time() * 1000})
+        pipe.zadd(UNPUBLISHED_KEY, {job_id: time.time() * 1000})
         pipe.execute()
+
+    def mark_published(self, job_id: str) -> None:
+        """The task message is in the broker: from here on the broker (and the lease sweep) own delivery."""
+        self.r.zrem(UNPUBLISHED_KEY, job_id)
+
+    def take_unpublished(self, older_than_s: float) -> list[str]:
+        """Queued jobs whose message was never confirmed published ``older_than_s`` after they were queued
+        (the gateway, or a sweeper, died between writing the record and publishing). Each id is handed to one
+        caller only (ZREM decides); the caller publishes it again. A duplicate message is harmless: the task
+        claims a job once."""
+        cutoff = (time.time() - older_than_s) * 1000
+        taken = []
+        for job_id in _strs(self.r.zrangebyscore(UNPUBLISHED_KEY, "-inf", cutoff)):
+            if self.r.zrem(UNPUBLISHED_KEY, job_id) and self.r.hget(record_key(job_id), "status") == "queued":
+                taken.append(job_id)
+        return taken
 
     def fail_unpublished(self, job_id: str, error: str) -> None:
         """The record was written but the message could not be published: say so instead of queued forever."""
         now = now_iso()
         k = _keys(job_id)
         self.r.hset(k["record"], mapping={"status": "failed", "error": error, "finished_at": now, "updated_at": now})
+        self.r.zrem(UNPUBLISHED_KEY, job_id)
         self.r.rpush(k["events"], f"failed (not published)|{now}")
 
     def reserve_idempotency_key(self, key: str, job_id: str, fingerprint: str) -> str | None:
@@ -420,7 +441,8 @@ class JobStore:
         k = _keys(job_id)
         return str(
             self._requeue(
-                keys=[k["record"], k["lease"], ACTIVE_KEY, k["events"], k["cancel"]], args=[now_iso(), job_id]
+                keys=[k["record"], k["lease"], ACTIVE_KEY, k["events"], k["cancel"], UNPUBLISHED_KEY],
+                args=[now_iso(), job_id, int(time.time() * 1000)],
             )
         )
 

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     job_sweep_interval_s: float = Field(
         default=15.0, gt=0, description="how often each worker looks for running jobs whose lease expired"
     )
+    job_publish_grace_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a queued job whose message is still unpublished after this is published by a worker sweep",
+    )
     job_progress_interval_s: float = Field(default=0.5, ge=0, description="least time between progress writes")
     job_poll_after_s: int = Field(default=2, ge=1, description="Retry-After hint while a job is not terminal")
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=1, description="how long an Idempotency-Key is kept")

@@ -6,6 +6,8 @@ timeout, hours later. So every running job holds a lease that its child keeps re
 every worker sweeps, at start and every ``job_sweep_interval_s``, for jobs still recorded ``running`` whose
 lease expired, flips them back to ``queued`` (atomically: one sweeper wins) and publishes them again under the
 same id. The task resumes from its checkpoint; the fencing token makes the late original delivery a no-op.
+The same sweep publishes queued jobs whose message was never confirmed published ``job_publish_grace_s``
+after they were queued: the gateway (or a sweeper) died between writing the record and publishing.
 
 The same timer writes this worker's heartbeat, which ``/readyz`` reads. Both run on the worker's own timer
 (the event loop of the parent process), not in a thread: the parent forks a child per job, and forking while
@@ -26,16 +28,22 @@ from workers.publish import publish_job
 logger = logging.getLogger(__name__)
 
 
-def sweep_orphaned_jobs(app: Celery, store: JobStore) -> list[str]:
-    """Re-publish every running job whose lease expired; returns their ids."""
+def sweep_orphaned_jobs(app: Celery, store: JobStore, publish_grace_s: float) -> list[str]:
+    """Re-publish every running job whose lease expired, and every queued job whose message was never
+    published (its publisher died in between); returns their ids."""
     requeued = []
     for job_id in store.active_job_ids():
-        outcome = store.requeue_if_orphaned(job_id)
-        if outcome != "requeued":
+        if store.requeue_if_orphaned(job_id) != "requeued":
             continue
         queue = store.queue_of(job_id) or "cpu"
         publish_job(app, job_id, queue)
+        store.mark_published(job_id)
         logger.warning("job %s: its worker was lost (lease expired); requeued on %r", job_id, queue)
+        requeued.append(job_id)
+    for job_id in store.take_unpublished(publish_grace_s):
+        queue = store.queue_of(job_id) or "cpu"
+        publish_job(app, job_id, queue)
+        logger.warning("job %s: queued but never published; published on %r", job_id, queue)
         requeued.append(job_id)
     return requeued
 
@@ -85,6 +93,7 @@ class JobRecoveryStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def _sweep(self, worker: Any) -> None:
         try:
-            sweep_orphaned_jobs(worker.app, store_from_settings(get_settings()))
+            settings = get_settings()
+            sweep_orphaned_jobs(worker.app, store_from_settings(settings), settings.job_publish_grace_s)
         except Exception:
             logger.exception("recovery sweep failed")

@@ -68,7 +68,8 @@ def _recover_on_start(sender: Any = None, **_: Any) -> None:
     if app is None:
         return
     try:
-        requeued = sweep_orphaned_jobs(app, store_from_settings(get_settings()))
+        settings = get_settings()
+        requeued = sweep_orphaned_jobs(app, store_from_settings(settings), settings.job_publish_grace_s)
         if requeued:
             logger.warning("requeued %d job(s) left running by a lost worker: %s", len(requeued), requeued)
     except Exception:

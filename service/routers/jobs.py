@@ -137,6 +137,8 @@ def create_job(
         with _redis_available():
             store.fail_unpublished(job_id, f"could not be queued: {exc}")
         raise ProblemError(503, f"the job could not be queued: {exc}", headers={"Retry-After": "5"}) from exc
+    with _redis_available():
+        store.mark_published(job_id)
     response.headers["Location"] = _location(job_id)
     return _get_or_404(store, job_id)
 

@@ -101,6 +101,7 @@ def job_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
             "POSENC_TORCH_THREADS": "1",
             "POSENC_JOB_LEASE_TTL_S": str(LEASE_TTL_S),
             "POSENC_JOB_SWEEP_INTERVAL_S": "0.5",
+            "POSENC_JOB_PUBLISH_GRACE_S": "2",
             "POSENC_JOB_PROGRESS_INTERVAL_S": "0.1",
             "POSENC_WORKER_HEARTBEAT_INTERVAL_S": "0.5",
             "POSENC_WORKER_SOFT_SHUTDOWN_TIMEOUT_S": "2",

@@ -78,3 +78,19 @@ def test_kill_9_of_the_prefork_child_requeues_at_once_and_resumes(
         done = jobs.wait(client, job_id, jobs.is_terminal, timeout=120, history=history)
         _check_resumed_once(done, history, killed_at, store)
         assert worker.process.poll() is None, "the worker itself survived and ran the retry"
+
+
+def test_a_job_whose_message_was_never_published_is_published_by_the_sweep(
+    start_gateway: Any, start_worker: Any, store: JobStore, corpus: Path, jobs: Any
+) -> None:
+    """The gateway dies between writing the queued record and publishing its message: the job is not lost."""
+    body = jobs.request(corpus, steps=20)
+    store.create("unpublished-job", body["kind"], body["spec"], "cpu")  # what the gateway does first ...
+    # ... and then it crashes: no message. A worker's sweep publishes it once the grace period is over.
+    start_worker()
+    gateway = start_gateway()
+    with gateway.client() as client:
+        done = jobs.wait(client, "unpublished-job", jobs.is_terminal, timeout=60)
+    assert done["status"] == "succeeded", done
+    assert done["attempts"] == 1
+    assert store.take_unpublished(0) == []
