@@ -12,7 +12,7 @@ import torch
 from pydantic import Field
 
 from posenc.errors import InvalidInput
-from posenc.pe.ops import compute_dtype, relative_positions
+from posenc.pe.ops import compute_dtype
 from posenc.pe.registry import MethodParams, register
 from posenc.pe.types import BiasContext
 from posenc.schemas.methods import Kind
@@ -74,14 +74,15 @@ def alibi(params: AlibiParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Bi
         target = params.eval_length or max(ctx.query_length, ctx.key_length)
         if target > params.train_length:
             slopes = slopes * (params.train_length / target)
-    distance = relative_positions(q_pos, k_pos)  # (Nq, Nk) int64, i - j
-    if not ctx.causal:
-        distance = distance.abs()
     # Built in float32 (float64 for references) and cast once: bf16 holds integers exactly only up to 256,
     # so casting the distances themselves to bf16 would merge neighbouring keys (methods.md §6, T18).
+    # Positions are far below 2^24, so they and their differences are exact in float32.
     work = compute_dtype(ctx.dtype)
-    slopes = slopes.to(device=distance.device, dtype=work)
-    bias = slopes[:, None, None] * (-distance).to(work)[None, :, :]  # (H, Nq, Nk); -d avoids -0.0
+    j_minus_i = k_pos.to(work)[None, :] - q_pos.to(work)[:, None]  # (Nq, Nk) = −(i − j); +0.0 on the diagonal
+    # −|i − j| for the symmetric form; adding 0.0 turns the diagonal's −0.0 back into +0.0
+    neg_distance = j_minus_i if ctx.causal else j_minus_i.abs().neg_().add_(0.0)
+    slopes = slopes.to(device=neg_distance.device, dtype=work)
+    bias = slopes[:, None, None] * neg_distance[None, :, :]  # (H, Nq, Nk)
     return bias.to(ctx.dtype)
 
 
