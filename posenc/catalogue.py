@@ -1,10 +1,13 @@
 """The README's methods and settings tables, generated from the registry and the Settings model:
-``python -m posenc.catalogue`` prints both. A test compares them with README.md, so neither can drift.
+``python -m posenc.catalogue`` prints both, ``python -m posenc.catalogue --write README.md`` puts them in place.
+A test compares them with README.md, so neither can drift.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import posenc.pe as pe
 from posenc.settings import Settings
@@ -47,6 +50,19 @@ def blocks() -> dict[tuple[str, str], str]:
     return {METHODS_MARKERS: methods_table(), SETTINGS_MARKERS: settings_table()}
 
 
-if __name__ == "__main__":
+def update_readme(path: Path) -> None:
+    """Replace each block between its markers in ``path`` with the generated table."""
+    text = path.read_text()
     for (begin, end), table in blocks().items():
-        print(f"{begin}\n{table}\n{end}\n")
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
+        text = f"{head}{begin}\n{table}\n{end}{tail}"
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write"]:
+        update_readme(Path(sys.argv[2] if len(sys.argv) > 2 else "README.md"))
+    else:
+        for (begin, end), table in blocks().items():
+            print(f"{begin}\n{table}\n{end}\n")

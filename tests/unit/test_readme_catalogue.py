@@ -18,7 +18,7 @@ def test_readme_table_matches_the_code(markers: tuple[str, str], table: str) -> 
     assert begin in text, f"README.md lost its {begin} marker"
     assert end in text, f"README.md lost its {end} marker"
     shown = text[text.index(begin) + len(begin) : text.index(end)].strip()
-    assert shown == table, "README.md is stale: run `python -m posenc.catalogue` and paste the tables"
+    assert shown == table, "README.md is stale: run `python -m posenc.catalogue --write README.md`"
 
 
 def test_every_registered_method_is_in_the_readme() -> None:
