@@ -125,15 +125,26 @@ def rotary_tables(
 
 
 def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-    """ζ_k^(n/λ) per position and pair: (N, d_rot/2), or None for methods without xPos decay.
+    """ζ_k^((n − c)/λ) per position and pair: (N, d_rot/2), or None for methods without xPos decay.
 
-    Computed as exp((n/λ)·ln ζ) in ``dtype`` so it neither under- nor overflows before the final cast.
+    c is the method's ``xpos_center`` (0 for the paper's raw positions); it is subtracted in int64 and cancels
+    in q·k. Computed as exp(((n − c)/λ)·ln ζ) in ``dtype``. A scale (or its reciprocal, used for keys) that
+    over- or underflows ``dtype`` is refused rather than returned as inf or 0.
     """
     if freqs.xpos_zeta is None or freqs.xpos_scale_base is None:
         return None
-    n = positions.reshape(positions.shape[0], -1)[:, 0].to(dtype)  # (N,)
+    shifted = positions.reshape(positions.shape[0], -1)[:, 0] - freqs.xpos_center  # (N,) int64
+    n = shifted.to(dtype)
     log_zeta = torch.log(freqs.xpos_zeta.to(device=n.device, dtype=dtype))  # (d_rot/2,)
-    return torch.exp((n[:, None] / freqs.xpos_scale_base) * log_zeta[None, :])
+    scale = torch.exp((n[:, None] / freqs.xpos_scale_base) * log_zeta[None, :])  # (N, d_rot/2)
+    if scale.numel() and not (bool(torch.isfinite(scale).all()) and bool(torch.isfinite(1.0 / scale).all())):
+        farthest = int(shifted.abs().max())
+        raise InvalidInput(
+            ("body", "params", "scale_center"),
+            f"the xPos decay ζ^(±n/λ) over- or underflows {dtype} at |n| = {farthest}; "
+            "use scale_center='midpoint' (the centring cancels in q·k), a larger scale_base, or float64",
+        )
+    return scale
 
 
 def apply_rotary(

@@ -51,7 +51,7 @@ class RotaryFrequencies:
 
     angle[n, k] = positions[n, pair_axis[k]] * inv_freq[k]           (positions int64 until this multiply)
     cos, sin    = cos(angle) * attention_scale, sin(angle) * attention_scale
-    xPos only: q is further scaled by zeta[k] ** (n / scale_base) and k by zeta[k] ** (-n / scale_base).
+    xPos only: q is further scaled by zeta[k] ** ((n - center) / scale_base) and k by its reciprocal.
     """
 
     inv_freq: torch.Tensor  # (d_rot/2,) float64 or float32
@@ -60,3 +60,4 @@ class RotaryFrequencies:
     num_axes: int = 1  # positions have this many coordinates
     xpos_zeta: torch.Tensor | None = None  # (d_rot/2,) xPos per-pair decay base
     xpos_scale_base: float | None = None  # xPos lambda
+    xpos_center: int = 0  # xPos: scale positions are n − center (cancels in q·k; keeps ζ^(±n/λ) in range)

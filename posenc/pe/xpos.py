@@ -7,6 +7,8 @@ its reciprocal (``apply_rotary(..., scale=...)``), so that q̃_i·k̃_j = Σ_k �
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from pydantic import Field
 
@@ -21,6 +23,11 @@ XPOS_GAMMA = 0.4  # γ in ζ_k = (2k/d + γ)/(1 + γ), fixed by the paper and to
 class XposParams(MethodParams):
     base: float = Field(default=10000.0, gt=1, description="θ of the RoPE angles, ω_k = θ^(−2k/d)")
     scale_base: float = Field(default=512.0, gt=0, description="λ in ζ^(n/λ) (torchscale: 512; NeMo's port: 2048)")
+    scale_center: Literal["none", "midpoint"] = Field(
+        default="none",
+        description="positions the decay scale uses: 'none' the raw n (the paper's formula); 'midpoint' "
+        "n − ⌊L/2⌋ with L the current length (torchscale), which keeps ζ^(±n/λ) finite for long sequences",
+    )
 
 
 @register(
@@ -34,9 +41,9 @@ class XposParams(MethodParams):
         "xPos is defined for causal attention only",
         "scale_direction": "queries × ζ^(n/λ), keys × ζ^(−n/λ) (the reciprocal): scores decay as i − j grows",
         "centring": "a constant shift n → n − c of the scale positions cancels in q·k "
-        "(ζ^((i−c)/λ)·ζ^(−(j−c)/λ) = ζ^((i−j)/λ)); "
-        "torchscale centres them around 0 (n − ⌊N/2⌋) to keep ζ^(±n/λ) in range. Shift q and k positions by "
-        "the same c; with raw positions, float32 ζ_0^(±n/λ) under/overflows for n ≳ 35000",
+        "(ζ^((i−c)/λ)·ζ^(−(j−c)/λ) = ζ^((i−j)/λ)); scale_center='none' uses the raw positions (the paper), "
+        "'midpoint' uses c = ⌊L/2⌋ like torchscale. With raw positions float32 ζ_0^(±n/λ) overflows past "
+        "n ≈ 36000 (λ = 512): such requests are refused with a 422 that names scale_center",
     },
 )
 def xpos(params: XposParams, ctx: RotaryContext) -> RotaryFrequencies:
@@ -51,4 +58,5 @@ def xpos(params: XposParams, ctx: RotaryContext) -> RotaryFrequencies:
         inv_freq=rope_inv_freq(params.base, dim, dtype=ctx.dtype).to(ctx.device),
         xpos_zeta=zeta.to(device=ctx.device, dtype=ctx.dtype),
         xpos_scale_base=params.scale_base,
+        xpos_center=ctx.seq_len // 2 if params.scale_center == "midpoint" else 0,
     )

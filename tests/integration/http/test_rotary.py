@@ -152,3 +152,20 @@ def test_xpos_scales_queries_up_and_keys_down(client: TestClient, wire: Any, inl
     assert bool((q_ratio[..., 3] < 1).all())  # ζ < 1: later queries shrink ...
     torch.testing.assert_close(k_ratio[..., 0], torch.ones(1, 1))
     assert bool((k_ratio[..., 3] > 1).all())  # ... and later keys grow by the reciprocal
+
+
+def test_xpos_overflow_is_a_422_naming_scale_center(client: TestClient) -> None:
+    request = {
+        "method": "xpos",
+        "q": {"random": {"shape": [1, 1, 4, 16], "seed": 0}},
+        "k": {"random": {"shape": [1, 1, 4, 16], "seed": 1}},
+        "offset": 60_000,
+    }
+    refused = client.post("/v1/rotary", json=request)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert ["body", "params", "scale_center"] in [error["loc"] for error in refused.json()["errors"]]
+    # float64 holds the raw-position decay at this distance
+    request["q"] = {"random": {"shape": [1, 1, 4, 16], "seed": 0, "dtype": "float64"}}
+    request["k"] = {"random": {"shape": [1, 1, 4, 16], "seed": 1, "dtype": "float64"}}
+    assert client.post("/v1/rotary", json=request).status_code == 200

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from posenc.errors import InvalidInput
 from posenc.pe import RotaryContext, RotaryFrequencies, get_method, rotary_frequencies
 from posenc.pe.kinds import apply_rotary, rotary_tables, xpos_scale
 from posenc.pe.ops import Pairing
@@ -113,3 +114,37 @@ def test_shifting_all_positions_cancels(pairing: Pairing) -> None:
 
 def test_scale_base_is_a_parameter() -> None:
     assert xpos_frequencies(8, scale_base=2048.0).xpos_scale_base == 2048.0
+
+
+def _scores_in(dtype: torch.dtype, positions: torch.Tensor, seq_len: int, **params: object) -> torch.Tensor:
+    """Scores of fixed random q, k at ``positions`` with tables, scales and the apply all in ``dtype``."""
+    spec = get_method("xpos")
+    freqs = rotary_frequencies(spec, spec.parse_params(params), RotaryContext(16, seq_len, dtype))
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randn(len(positions), 16, generator=generator, dtype=torch.float64).to(dtype)
+    k = torch.randn(len(positions), 16, generator=generator, dtype=torch.float64).to(dtype)
+    cos, sin = rotary_tables(freqs, positions, dtype)
+    scale = xpos_scale(freqs, positions, dtype)
+    assert scale is not None
+    q_rot = apply_rotary(q, cos, sin, pairing="half", scale=scale)
+    k_rot = apply_rotary(k, cos, sin, pairing="half", scale=1.0 / scale)
+    return (q_rot @ k_rot.T).to(torch.float64)
+
+
+def test_raw_positions_that_overflow_float32_are_refused_naming_scale_center() -> None:
+    positions = torch.arange(59_990, 60_000)
+    with pytest.raises(InvalidInput, match="scale_center='midpoint'") as refused:
+        _scores_in(torch.float32, positions, 60_000)
+    assert refused.value.loc == ("body", "params", "scale_center")
+
+
+def test_midpoint_centring_keeps_float32_finite_and_gives_the_raw_scores() -> None:
+    positions = torch.arange(59_990, 60_000)
+    # the centring identity, exactly (float64 holds ζ^(±60000/512) with raw positions too)
+    raw = _scores_in(torch.float64, positions, 60_000)
+    centred = _scores_in(torch.float64, positions, 60_000, scale_center="midpoint")
+    torch.testing.assert_close(centred, raw, rtol=1e-9, atol=1e-12)
+    # float32 now stays finite; it differs from float64 only by float32 RoPE angles at n = 60000 (~4e-3 rad)
+    centred32 = _scores_in(torch.float32, positions, 60_000, scale_center="midpoint")
+    assert torch.isfinite(centred32).all()
+    torch.testing.assert_close(centred32, raw, rtol=0, atol=2e-2)
