@@ -7,7 +7,8 @@ what the Accept type can carry, then compute and encode inside a compute slot.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
@@ -39,6 +40,7 @@ from service.transport import (
 
 router = APIRouter(prefix="/v1", tags=["compute"])
 _BINARY_BODY_TYPES = (SAFETENSORS, "application/x-safetensors")
+RequestT = TypeVar("RequestT", RotaryRequest, AttentionRequest)
 
 
 def _respond(
@@ -53,22 +55,23 @@ def _respond(
         return render(prepared.run(), media_type, tensor)
 
 
-async def rotary_body(request: Request) -> ParsedRequest[RotaryRequest]:
-    """JSON (RotaryRequest) or a safetensors file whose tensors stand in for q, k, positions."""
-    body = await request.body()
-    if _content_type(request) in _BINARY_BODY_TYPES:
-        return parse_safetensors_request(body, RotaryRequest, ROTARY_TENSOR_FIELDS)
-    _require_json(request)
-    return parse_json_request(body, RotaryRequest)
+def _json_or_safetensors(
+    model: type[RequestT], tensor_fields: frozenset[str]
+) -> Callable[[Request], Awaitable[ParsedRequest[RequestT]]]:
+    """A body dependency: JSON (``model``), or a safetensors file whose tensors stand in for ``tensor_fields``."""
+
+    async def parse(request: Request) -> ParsedRequest[RequestT]:
+        body = await request.body()
+        if _content_type(request) in _BINARY_BODY_TYPES:
+            return parse_safetensors_request(body, model, tensor_fields)
+        _require_json(request)
+        return parse_json_request(body, model)
+
+    return parse
 
 
-async def attention_body(request: Request) -> ParsedRequest[AttentionRequest]:
-    """JSON (AttentionRequest) or a safetensors file whose tensors stand in for q, k, key_padding_mask."""
-    body = await request.body()
-    if _content_type(request) in _BINARY_BODY_TYPES:
-        return parse_safetensors_request(body, AttentionRequest, ATTENTION_TENSOR_FIELDS)
-    _require_json(request)
-    return parse_json_request(body, AttentionRequest)
+rotary_body = _json_or_safetensors(RotaryRequest, ROTARY_TENSOR_FIELDS)
+attention_body = _json_or_safetensors(AttentionRequest, ATTENTION_TENSOR_FIELDS)
 
 
 def _content_type(request: Request) -> str:

@@ -27,6 +27,7 @@ import redis
 
 from posenc import runtime
 from posenc.jobstore import JobStore
+from posenc.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -38,6 +39,26 @@ CORPUS = (
     "must be in want of a longer context. However little known the lengths it may meet on first "
     "entering a benchmark, this truth is so well fixed in the minds of the researchers around it. "
 ) * 60
+
+
+IsolatedSettings = Callable[..., Settings]
+
+
+def _isolated_settings(**overrides: Any) -> Settings:
+    """Settings from explicit values only, never the developer's POSENC_* environment."""
+    defaults: dict[str, Any] = {
+        "redis_url": None,
+        "api_keys": [],
+        "rate_limit_per_minute": None,
+        "cors_origins": [],
+    }
+    return Settings(**(defaults | overrides))
+
+
+@pytest.fixture(scope="session")
+def isolated_settings() -> IsolatedSettings:
+    """Builds gateway settings for in-process apps (tests/integration/http and sdk)."""
+    return _isolated_settings
 
 
 def job_request(corpus: Path, *, steps: int, method: str = "rope", checkpoint_every: int = 20) -> dict[str, Any]:

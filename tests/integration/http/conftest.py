@@ -20,35 +20,15 @@ import safetensors.torch
 import torch
 from starlette.testclient import TestClient
 
-from posenc.settings import Settings
+from posenc.tensors import TORCH_DTYPES
 from service.main import create_app
 
 MakeClient = Callable[..., TestClient]
-_TORCH = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "bool": torch.bool,
-}
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-def isolated_settings(**overrides: Any) -> Settings:
-    """Settings from explicit values only (never the developer's POSENC_* environment)."""
-    defaults: dict[str, Any] = {
-        "redis_url": None,
-        "api_keys": [],
-        "rate_limit_per_minute": None,
-        "cors_origins": [],
-    }
-    return Settings(**(defaults | overrides))
-
-
 @pytest.fixture
-def make_client() -> Iterator[MakeClient]:
+def make_client(isolated_settings: Callable[..., Any]) -> Iterator[MakeClient]:
     with ExitStack() as stack:
 
         def build(**overrides: Any) -> TestClient:
@@ -69,13 +49,13 @@ class Wire:
     @staticmethod
     def json_tensor(item: dict[str, Any]) -> torch.Tensor:
         values = [_NON_FINITE[v] if isinstance(v, str) else v for v in item["data"]]
-        dtype = _TORCH[item["dtype"]]
+        dtype = TORCH_DTYPES[item["dtype"]]
         wide = torch.float64 if dtype.is_floating_point else dtype
         return torch.tensor(values, dtype=wide).to(dtype).reshape(item["shape"])
 
     @staticmethod
     def octet_stream(response: httpx.Response) -> torch.Tensor:
-        dtype = _TORCH[response.headers["x-tensor-dtype"]]
+        dtype = TORCH_DTYPES[response.headers["x-tensor-dtype"]]
         shape = [int(s) for s in response.headers["x-tensor-shape"].split(",")]
         buffer = bytearray(response.content)
         if dtype == torch.bfloat16:

@@ -26,7 +26,6 @@ import uvicorn
 from fastapi import FastAPI
 from posenc_client import AsyncClient, Client
 
-from posenc.settings import Settings
 from service.main import create_app
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -40,17 +39,6 @@ class Gateway:
 
 
 StartComputeGateway = Callable[..., Gateway]
-
-
-def isolated_settings(**overrides: Any) -> Settings:
-    """Settings from explicit values only, never the developer's POSENC_* environment."""
-    defaults: dict[str, Any] = {
-        "redis_url": None,
-        "api_keys": [],
-        "rate_limit_per_minute": None,
-        "cors_origins": [],
-    }
-    return Settings(**(defaults | overrides))
 
 
 def _serve_in_thread(app: FastAPI) -> tuple[str, uvicorn.Server, threading.Thread]:
@@ -80,7 +68,9 @@ def _gateways() -> Iterator[list[tuple[uvicorn.Server, threading.Thread]]]:
 
 @pytest.fixture(scope="session")
 def start_compute_gateway(
-    _gateways: list[tuple[uvicorn.Server, threading.Thread]], tmp_path_factory: pytest.TempPathFactory
+    _gateways: list[tuple[uvicorn.Server, threading.Thread]],
+    tmp_path_factory: pytest.TempPathFactory,
+    isolated_settings: Callable[..., Any],
 ) -> StartComputeGateway:
     def start(**overrides: Any) -> Gateway:
         overrides.setdefault("state_dir", tmp_path_factory.mktemp("gateway-state"))
