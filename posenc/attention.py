@@ -12,8 +12,9 @@ How each kind enters:
               keys" reading: there is no token embedding here, so P goes where x + P would have gone);
     nope      nothing (it is an absolute method whose P is zero).
 
-Positions are 0-based indices on both sides (query i, key j), the same origin ``bias_dense`` uses, so the
-causal mask is j > i. Softmax runs in float32 (float64 for float64 inputs). A row whose every key is
+Key j sits at position j and query i at i + query_offset (the caller's alignment; bottom-right, Nk − Nq, is
+what a KV-cache decode step means), the same positions ``bias_dense`` uses, so the causal mask is
+j > i + query_offset. Softmax runs in float32 (float64 for float64 inputs). A row whose every key is
 masked gives zeros rather than NaN; such rows are counted and left out of the statistics.
 """
 
@@ -50,8 +51,8 @@ class AttentionMaps:
 @dataclass(frozen=True)
 class AttentionStatistics:
     entropy: torch.Tensor  # (H,) mean over valid rows of −Σ_j a_ij ln a_ij (nats)
-    mean_distance: torch.Tensor  # (H,) mean over valid rows of Σ_j a_ij |i − j|
-    mass_by_distance: torch.Tensor  # (H, max(Nq, Nk)) mean over valid rows of Σ_{j:|i−j|=Δ} a_ij
+    mean_distance: torch.Tensor  # (H,) mean over valid rows of Σ_j a_ij |i + offset − j|
+    mass_by_distance: torch.Tensor  # (H, max(Nq + offset, Nk)) mean over valid rows of Σ_{j:|i+offset−j|=Δ} a_ij
 
 
 def compute_dtype_for(dtype: torch.dtype) -> torch.dtype:
@@ -69,11 +70,13 @@ def attention_maps(
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
     pairing: Pairing = "half",
+    query_offset: int = 0,
 ) -> AttentionMaps:
     """Post-softmax attention of q (B, H, Nq, D) against k (B, H, Nk, D) with ``spec`` applied by its kind.
 
-    ``key_padding_mask`` (B, Nk) bool marks padding keys (True = never attended). ``scale`` defaults to
-    1/sqrt(D). Errors name request fields (``body.q``...) because the gateway passes them on as 422s.
+    Query i is at position i + ``query_offset``, key j at j. ``key_padding_mask`` (B, Nk) bool marks padding
+    keys (True = never attended). ``scale`` defaults to 1/sqrt(D). Errors name request fields (``body.q``...)
+    because the gateway passes them on as 422s.
     """
     _check_shapes(q, k, key_padding_mask)
     dtype = compute_dtype_for(q.dtype)
@@ -81,18 +84,27 @@ def attention_maps(
     k_len = k.shape[2]
     q, k = q.to(dtype), k.to(dtype)
     logit_scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+    q_pos = torch.arange(q_len, dtype=torch.int64) + query_offset  # (Nq,)
+    k_pos = torch.arange(k_len, dtype=torch.int64)  # (Nk,)
 
     bias: torch.Tensor | None = None
     if spec.kind is Kind.BIAS:
-        ctx = BiasContext(num_heads=heads, query_length=q_len, key_length=k_len, causal=causal, dtype=dtype)
-        bias = bias_dense(spec, params, ctx)  # (H, Nq, Nk), −inf above the diagonal when causal
+        ctx = BiasContext(
+            num_heads=heads,
+            query_length=q_len,
+            key_length=k_len,
+            causal=causal,
+            dtype=dtype,
+            query_offset=query_offset,
+        )
+        bias = bias_dense(spec, params, ctx)  # (H, Nq, Nk), −inf for future keys when causal
     elif spec.kind is Kind.ROTARY:
-        q, k = _rotate(q, k, spec, params, pairing, dtype)
+        q, k = _rotate(q, k, q_pos, k_pos, max(q_len + query_offset, k_len), spec, params, pairing, dtype)
     elif spec.kind is Kind.ABSOLUTE:
-        ctx_abs = AbsoluteContext(grid=(max(q_len, k_len),), dim=head_dim, dtype=dtype)
-        table = encoding(spec, params, ctx_abs).to(dtype)  # (N, D)
-        q = q + table[:q_len]  # broadcast over (B, H)
-        k = k + table[:k_len]
+        ctx_abs = AbsoluteContext(grid=(max(q_len + query_offset, k_len),), dim=head_dim, dtype=dtype)
+        table = encoding(spec, params, ctx_abs).to(dtype)  # (N, D) over every position either side uses
+        q = q + table[q_pos]  # broadcast over (B, H)
+        k = k + table[k_pos]
     else:
         raise InvalidInput(
             ("body", "method"),
@@ -106,7 +118,7 @@ def attention_maps(
 
     masked = torch.zeros(q_len, k_len, dtype=torch.bool)  # (Nq, Nk)
     if causal:
-        masked = torch.arange(k_len)[None, :] > torch.arange(q_len)[:, None]
+        masked = k_pos[None, :] > q_pos[:, None]
     full_mask = masked[None, None]  # (1, 1, Nq, Nk)
     if key_padding_mask is not None:
         full_mask = full_mask | key_padding_mask[:, None, None, :]  # (B, 1, Nq, Nk)
@@ -119,20 +131,23 @@ def attention_maps(
     return AttentionMaps(weights=weights, fully_masked=fully_masked)
 
 
-def attention_statistics(weights: torch.Tensor, fully_masked: torch.Tensor | None = None) -> AttentionStatistics:
+def attention_statistics(
+    weights: torch.Tensor, fully_masked: torch.Tensor | None = None, *, query_offset: int = 0
+) -> AttentionStatistics:
     """Per-head entropy, mean attention distance and attention mass by distance (evaluation.md §6.1-6.3).
 
     Averages run over batch and queries, leaving out rows in ``fully_masked`` (B, H, Nq); a head without
-    a single valid row gets zeros. Distances are |i − j| between 0-based query and key indices.
+    a single valid row gets zeros. Distances are |(i + query_offset) − j| between query and key positions.
     """
     batch, heads, q_len, k_len = weights.shape
-    width = max(q_len, k_len)
+    width = max(q_len + query_offset, k_len)
     valid = (~fully_masked if fully_masked is not None else torch.ones(batch, heads, q_len, dtype=torch.bool)).to(
         weights.dtype
     )  # (B, H, Nq)
     rows_per_head = valid.sum(dim=(0, 2)).clamp_min(1.0)  # (H,)
 
-    distance = (torch.arange(q_len)[:, None] - torch.arange(k_len)[None, :]).abs()  # (Nq, Nk) int64
+    q_pos = torch.arange(q_len) + query_offset  # (Nq,)
+    distance = (q_pos[:, None] - torch.arange(k_len)[None, :]).abs()  # (Nq, Nk) int64
 
     row_entropy = -torch.special.xlogy(weights, weights).sum(dim=-1)  # (B, H, Nq); 0·ln 0 = 0
     row_distance = (weights * distance.to(weights.dtype)).sum(dim=-1)  # (B, H, Nq)
@@ -152,21 +167,23 @@ def attention_statistics(weights: torch.Tensor, fully_masked: torch.Tensor | Non
 def _rotate(
     q: torch.Tensor,
     k: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    seq_len: int,
     spec: MethodSpec,
     params: MethodParams,
     pairing: Pairing,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q by positions 0..Nq−1 and k by 0..Nk−1 over the whole head dim."""
+    """Rotate q by its positions (Nq,) and k by its (Nk,) over the whole head dim; positions < seq_len."""
     head_dim = q.shape[-1]
     if head_dim % 2:
         raise InvalidInput(
             ("body", "q", "shape"),
             f"rotary methods rotate pairs of features, so the head dim must be even; got D={head_dim}",
         )
-    q_pos = torch.arange(q.shape[2], dtype=torch.int64)
-    k_pos = torch.arange(k.shape[2], dtype=torch.int64)
-    ctx = RotaryContext(rotary_dim=head_dim, seq_len=max(q.shape[2], k.shape[2]), dtype=dtype)
+    # one context for both sides: dynamic scalings and xPos's centre see every position either side has
+    ctx = RotaryContext(rotary_dim=head_dim, seq_len=seq_len)
     freqs = rotary_frequencies(spec, params, ctx)
     q_cos, q_sin = rotary_tables(freqs, q_pos, dtype)
     k_cos, k_sin = rotary_tables(freqs, k_pos, dtype)

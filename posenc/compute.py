@@ -44,7 +44,14 @@ from posenc.pe import (
     rotary_tables,
     xpos_scale,
 )
-from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from posenc.schemas.compute import (
+    MAX_ROTARY_POSITION,
+    AttentionRequest,
+    BiasRequest,
+    EncodingRequest,
+    RotaryRequest,
+    default_query_offset,
+)
 from posenc.schemas.jobs import ComputeJobSpec, ComputeRequest, ComputeRoute
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn, tensor_fields
@@ -279,6 +286,7 @@ def prepare_bias(request: BiasRequest) -> Prepared:
     spec = resolve_method(request.method, Kind.BIAS)
     params = parse_params(spec, request.params)
     heads, q_len, k_len = request.num_heads, request.query_length, request.resolved_key_length
+    query_offset = request.resolved_query_offset
     toeplitz = request.form == "toeplitz"
     if toeplitz and not spec.toeplitz:
         raise InvalidInput(
@@ -296,7 +304,12 @@ def prepare_bias(request: BiasRequest) -> Prepared:
 
     def run() -> TensorResult:
         ctx = BiasContext(
-            num_heads=heads, query_length=q_len, key_length=k_len, causal=request.causal, dtype=compute_dtype
+            num_heads=heads,
+            query_length=q_len,
+            key_length=k_len,
+            causal=request.causal,
+            dtype=compute_dtype,
+            query_offset=query_offset,
         )
         bias = bias_toeplitz(spec, params, ctx) if toeplitz else bias_dense(spec, params, ctx)
         meta = method_meta(spec, params, request.dtype) | {
@@ -305,6 +318,7 @@ def prepare_bias(request: BiasRequest) -> Prepared:
             "num_heads": heads,
             "query_length": q_len,
             "key_length": k_len,
+            "query_offset": query_offset,
         }
         if toeplitz:
             meta["index"] = "B[h, i, j] = bias[h, i - j + key_length - 1]"
@@ -347,6 +361,12 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
     else:
         k_dtype, k_shape = declared(request.k)  # passed through unchanged
 
+    if request.positions is None and request.offset + seq_len - 1 > MAX_ROTARY_POSITION:
+        raise InvalidInput(
+            ("body", "offset"),
+            f"offset + N - 1 = {request.offset + seq_len - 1} is over 2^26 = {MAX_ROTARY_POSITION}, the largest "
+            "position whose rotary angles are exact to float32 rounding",
+        )
     if request.positions is not None:
         positions_len = (
             len(request.positions)
@@ -373,9 +393,8 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
             if positions.shape[0] != seq_len:
                 raise InvalidInput(("body", "positions"), f"has {positions.shape[0]} positions, q has N={seq_len}")
         max_position = int(positions.max()) if positions.numel() else 0
-        ctx = RotaryContext(rotary_dim=rotary_dim, seq_len=max_position + 1, dtype=compute_dtype)
-        freqs = rotary_frequencies(spec, params, ctx)
-        cos, sin = rotary_tables(freqs, positions, compute_dtype)  # (N, rotary_dim/2) each
+        freqs = rotary_frequencies(spec, params, RotaryContext(rotary_dim=rotary_dim, seq_len=max_position + 1))
+        cos, sin = rotary_tables(freqs, positions, compute_dtype)  # (N, rotary_dim/2) each, from float64 angles
         q_scale = xpos_scale(freqs, positions, compute_dtype)  # xPos: ζ^(n/λ) on queries, inverse on keys
         # Rotate in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once.
         tensors = {"q": _rotated(q, cos, sin, request.pairing, q_scale, out_dtype)}
@@ -401,7 +420,8 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
     return Prepared(
         route="rotary",
         outputs=outputs,
-        workspace_bytes=rotated_elements * ITEMSIZE[table_dtype],
+        # rotated copies in the table dtype, plus the float64 angles, cos and sin the tables are rounded from
+        workspace_bytes=rotated_elements * ITEMSIZE[table_dtype] + 3 * seq_len * (rotary_dim // 2) * 8,
         input_elements=_input_elements(request, params, ("q", "k", "positions")),
         shrink_hint="make the request smaller",
         run=run,
@@ -482,7 +502,8 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
     stats_dtype = _dtype_name(compute_dtype)
-    width = max(q_len, k_len)
+    query_offset = default_query_offset(request.query_offset, q_len, k_len)
+    width = max(q_len + query_offset, k_len)  # distances |i + offset − j| run from 0 to width − 1
 
     outputs = [OutputSpec("weights", (batch, heads, q_len, k_len), out_dtype)]
     if request.stats:
@@ -512,10 +533,11 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
             key_padding_mask=mask,
             scale=request.scale,
             pairing=request.pairing,
+            query_offset=query_offset,
         )
         tensors = {"weights": maps.weights.to(torch_dtype(out_dtype))}
         if request.stats:
-            stats = attention_statistics(maps.weights, maps.fully_masked)
+            stats = attention_statistics(maps.weights, maps.fully_masked, query_offset=query_offset)
             tensors |= {
                 "entropy": stats.entropy,
                 "mean_distance": stats.mean_distance,
@@ -523,12 +545,13 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
             }
         meta = method_meta(spec, params, out_dtype) | {
             "causal": request.causal,
+            "query_offset": query_offset,
             "scale": request.scale if request.scale is not None else 1.0 / math.sqrt(head_dim),
             "pairing": request.pairing,
             "fully_masked_rows": int(maps.fully_masked.sum()),
             "stats_dtype": stats_dtype,
             "stats": "per head, averaged over batch and over queries that attend to at least one key; "
-            "entropy in nats; distance |i - j| with 0-based query and key indices",
+            "entropy in nats; distance |(i + query_offset) - j| between query and key positions",
         }
         return TensorResult(tensors, meta)
 

@@ -1,6 +1,7 @@
 """One error shape everywhere: RFC 9457 problem details (``application/problem+json``).
 
-Every way a request can fail ends here: unknown routes and methods (404), wrong verbs (405), an Accept type
+Every way a request can fail ends here: a body that is not JSON (400), unknown routes and methods (404),
+wrong verbs (405), an Accept type
 we cannot produce (406), bodies and outputs over budget (413), validation by FastAPI, by a method's params
 model or by the math itself (422, with ``errors[].loc`` naming the field), missing keys (401), rate limits
 (429), a saturated compute pool (503) and bugs (500).
@@ -15,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -75,11 +77,42 @@ def problem_response(
     )
 
 
+# Pydantic puts the member of a union it was trying into the loc: a model's class name ("RandomTensor"), a
+# type ("list[int]", "int") or a validator's label ("function-after[_one_payload(), TensorData]"). None of them
+# is a field of the request, so they are dropped; the error's message still says what was expected.
+_TYPE_LABELS = frozenset({"int", "float", "str", "bool", "bytes", "none"})
+
+
+def _is_union_member_label(part: str, model_names: frozenset[str]) -> bool:
+    return part in model_names or part in _TYPE_LABELS or "[" in part or "(" in part
+
+
+def _model_names() -> frozenset[str]:
+    """Names of every pydantic model class loaded (request models, params models): the union labels."""
+    names: set[str] = set()
+    pending: list[type[BaseModel]] = [BaseModel]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+def request_loc(loc: Iterable[Any]) -> list[str | int]:
+    """The path of an error in the request's own field names: pydantic's union-member labels removed."""
+    model_names = _model_names()
+    return [
+        part if isinstance(part, int) else str(part)
+        for part in loc
+        if isinstance(part, int) or not _is_union_member_label(str(part), model_names)
+    ]
+
+
 def field_errors(raw: Iterable[Mapping[str, Any]]) -> list[FieldError]:
     """Pydantic/FastAPI error dicts to wire field errors; the offending input is never echoed back."""
     return [
         FieldError(
-            loc=[part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
+            loc=request_loc(error.get("loc", ())),
             msg=str(error.get("msg", "")),
             type=str(error.get("type", "value_error")),
         )
@@ -143,7 +176,22 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 async def _request_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    unparseable = [error for error in exc.errors() if error.get("type") == "json_invalid"]
+    if unparseable:
+        return _unparseable_body(request, unparseable[0])
     return _validation_problem(request, exc.errors())
+
+
+def _unparseable_body(request: Request, error: Mapping[str, Any]) -> Response:
+    """A body that is not JSON at all is a malformed request (400), not an invalid field (422).
+
+    FastAPI reports its own JSON parse failure as ``loc = ("body", <character offset>)``; the offset is not a
+    field, so the problem names the body and keeps the parser's message (pydantic's says line and column).
+    """
+    message = str(error.get("msg", "JSON decode error"))
+    detail = f"the request body is not valid JSON: {message}"
+    field = FieldError(loc=["body"], msg=message, type="json_invalid")
+    return problem_response(request, 400, detail, errors=[field])
 
 
 async def _field_errors(request: Request, exc: Exception) -> Response:

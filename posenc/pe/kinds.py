@@ -9,6 +9,7 @@ from posenc.errors import InvalidInput
 from posenc.pe.ops import Pairing, rotate_pairs
 from posenc.pe.registry import MethodParams, MethodSpec
 from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext, RotaryFrequencies
+from posenc.schemas.compute import MAX_ROTARY_POSITION
 from posenc.schemas.methods import Kind
 
 
@@ -41,10 +42,13 @@ def bias_dense(
     q_pos: torch.Tensor | None = None,
     k_pos: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """B (H, Nq, Nk) in ctx.dtype; with ctx.causal, future keys are −inf. Positions default to 0-based indices."""
+    """B (H, Nq, Nk) in ctx.dtype; with ctx.causal, future keys are −inf.
+
+    Positions default to i + ctx.query_offset for queries and j for keys (0-based).
+    """
     _expect_kind(spec, Kind.BIAS)
     if q_pos is None:
-        q_pos = torch.arange(ctx.query_length, dtype=torch.int64, device=ctx.device)
+        q_pos = torch.arange(ctx.query_length, dtype=torch.int64, device=ctx.device) + ctx.query_offset
     if k_pos is None:
         k_pos = torch.arange(ctx.key_length, dtype=torch.int64, device=ctx.device)
     bias: torch.Tensor = spec.fn(params, q_pos, k_pos, ctx)
@@ -58,16 +62,17 @@ def bias_dense(
 
 
 def bias_toeplitz(spec: MethodSpec, params: MethodParams, ctx: BiasContext) -> torch.Tensor:
-    """The (H, Nq + Nk − 1) table of a Toeplitz bias: B[h, i, j] = table[h, i − j + Nk − 1].
+    """The (H, Nq + Nk − 1) table of a Toeplitz bias: B[h, i, j] = table[h, i − j + Nk − 1] (row i, column j).
 
-    Column t holds the bias at i − j = t − (Nk − 1); with ctx.causal the columns for i − j < 0 are −inf.
+    Column t holds the bias at the position difference (i + ctx.query_offset) − j = t − (Nk − 1) + offset;
+    with ctx.causal the columns where that difference is negative are −inf.
     """
     _expect_kind(spec, Kind.BIAS)
     if not spec.toeplitz:
         raise InvalidInput(("body", "form"), f"{spec.name!r} does not depend on i - j alone; ask for form='dense'")
     width = ctx.query_length + ctx.key_length - 1
-    # Queries at 0..width-1 against the single key at Nk-1 give every i - j in [-(Nk-1), Nq-1] once.
-    q_pos = torch.arange(width, dtype=torch.int64, device=ctx.device)  # (width,)
+    # Rows 0..width-1 (at their offset positions) against the single key at Nk-1 give every i - j once.
+    q_pos = torch.arange(width, dtype=torch.int64, device=ctx.device) + ctx.query_offset  # (width,)
     k_pos = torch.tensor([ctx.key_length - 1], dtype=torch.int64, device=ctx.device)  # (1,)
     column: torch.Tensor = spec.fn(params, q_pos, k_pos, ctx)  # (H, width, 1)
     table = column.reshape(ctx.num_heads, width)  # (H, width)
@@ -95,10 +100,12 @@ def rotary_frequencies(spec: MethodSpec, params: MethodParams, ctx: RotaryContex
     return freqs
 
 
-def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """angle[n, k] = positions[n, pair_axis[k]] · inv_freq[k]: (N,) or (N, A) int64 -> (N, d_rot/2).
+def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor) -> torch.Tensor:
+    """angle[n, k] = positions[n, pair_axis[k]] · inv_freq[k]: (N,) or (N, A) int64 -> (N, d_rot/2) float64.
 
-    Positions stay int64 until this multiply, which runs in ``dtype`` (float32, or float64 for references).
+    Positions stay int64 until this multiply, which always runs in float64: in float32 a position above 2^24
+    is rounded before it is multiplied (rope at n = 2^24 + 1 would return cos(2^24 · ω)). Positions beyond
+    ``MAX_ROTARY_POSITION`` are refused, since past it even the float64 angle is not exact to float32 rounding.
     """
     if positions.dtype.is_floating_point:
         raise TypeError("positions must be an integer tensor")
@@ -107,36 +114,49 @@ def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torc
         raise InvalidInput(
             ("body", "positions"), f"this method needs {freqs.num_axes} coordinate(s) per position, got {pos.shape[1]}"
         )
+    if pos.numel() and int(pos.abs().max()) > MAX_ROTARY_POSITION:
+        raise InvalidInput(
+            ("body", "positions"),
+            f"|position| must be at most 2^26 = {MAX_ROTARY_POSITION}, where rotary angles are still exact to "
+            f"float32 rounding; got {int(pos.abs().max())}",
+        )
     axis = (
         freqs.pair_axis
         if freqs.pair_axis is not None
         else torch.zeros(freqs.inv_freq.shape[0], dtype=torch.int64, device=pos.device)
     )
-    per_pair = pos[:, axis.to(pos.device)].to(dtype)  # (N, d_rot/2): the coordinate each pair rotates by
-    return per_pair * freqs.inv_freq.to(device=pos.device, dtype=dtype)[None, :]
+    per_pair = pos[:, axis.to(pos.device)].to(torch.float64)  # (N, d_rot/2): the coordinate each pair rotates by
+    return per_pair * freqs.inv_freq.to(device=pos.device, dtype=torch.float64)[None, :]
 
 
 def rotary_tables(
     freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin), each (N, d_rot/2) in ``dtype``, both multiplied by the method's attention scale."""
-    angles = rotary_angles(freqs, positions, dtype)
-    return torch.cos(angles) * freqs.attention_scale, torch.sin(angles) * freqs.attention_scale
+    """(cos, sin), each (N, d_rot/2), both multiplied by the method's attention scale.
+
+    Evaluated in float64 from the float64 angles and rounded once to ``dtype``: cos and sin of a large angle
+    need its low bits, which a float32 angle has already lost.
+    """
+    angles = rotary_angles(freqs, positions)  # (N, d_rot/2) float64
+    scale = freqs.attention_scale
+    return (torch.cos(angles) * scale).to(dtype), (torch.sin(angles) * scale).to(dtype)
 
 
 def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-    """ζ_k^((n − c)/λ) per position and pair: (N, d_rot/2), or None for methods without xPos decay.
+    """ζ_k^((n − c)/λ) per position and pair: (N, d_rot/2) in ``dtype``, or None for methods without xPos decay.
 
-    c is the method's ``xpos_center`` (0 for the paper's raw positions); it is subtracted in int64 and cancels
-    in q·k. Computed as exp(((n − c)/λ)·ln ζ) in ``dtype``. A scale (or its reciprocal, used for keys) that
-    over- or underflows ``dtype`` is refused rather than returned as inf or 0.
+    c is the method's ``xpos_center`` (0 for the paper's raw positions); it is subtracted in int64. With the
+    raw positions it cancels in q·k; with a centre and cached keys (queries and keys of different lengths)
+    it does not, since c then depends on the current length. Computed as exp(((n − c)/λ)·ln ζ) in float64
+    and rounded once to ``dtype``. A scale (or its reciprocal, used for keys) that over- or underflows
+    ``dtype`` is refused rather than returned as inf or 0.
     """
     if freqs.xpos_zeta is None or freqs.xpos_scale_base is None:
         return None
     shifted = positions.reshape(positions.shape[0], -1)[:, 0] - freqs.xpos_center  # (N,) int64
-    n = shifted.to(dtype)
-    log_zeta = torch.log(freqs.xpos_zeta.to(device=n.device, dtype=dtype))  # (d_rot/2,)
-    scale = torch.exp((n[:, None] / freqs.xpos_scale_base) * log_zeta[None, :])  # (N, d_rot/2)
+    n = shifted.to(torch.float64)
+    log_zeta = torch.log(freqs.xpos_zeta.to(device=n.device, dtype=torch.float64))  # (d_rot/2,)
+    scale = torch.exp((n[:, None] / freqs.xpos_scale_base) * log_zeta[None, :]).to(dtype)  # (N, d_rot/2)
     if scale.numel() and not (bool(torch.isfinite(scale).all()) and bool(torch.isfinite(1.0 / scale).all())):
         farthest = int(shifted.abs().max())
         raise InvalidInput(

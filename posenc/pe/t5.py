@@ -80,11 +80,16 @@ class T5Params(MethodParams):
 
     @model_validator(mode="after")
     def _log_buckets_have_room(self) -> T5Params:
-        # The log range ln(max_distance / max_exact) must be positive; max_exact is largest when causal.
-        max_exact = self.num_buckets // 4 if self.bidirectional else self.num_buckets // 2
-        if self.max_distance <= max_exact:
-            raise ValueError(f"max_distance must be larger than {max_exact} (the exact buckets' range)")
+        # With bidirectional=None the direction is known only with the request (causal or not): check the
+        # bound of the direction given, or the looser bidirectional one here and the causal one in ``t5``.
+        if self.max_distance <= (bound := _max_exact(self.num_buckets, self.bidirectional is not False)):
+            raise ValueError(f"max_distance must be larger than {bound} (the exact buckets' range)")
         return self
+
+
+def _max_exact(num_buckets: int, bidirectional: bool) -> int:
+    """Distances below this have a bucket of their own: half the buckets of one direction."""
+    return num_buckets // 4 if bidirectional else num_buckets // 2
 
 
 def _embedding_table(params: T5Params, num_heads: int) -> torch.Tensor:
@@ -131,6 +136,13 @@ def t5(params: T5Params, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasCont
     init_std = d_model**-0.5 for HF parity. The table is only gathered, never combined arithmetically.
     """
     bidirectional = (not ctx.causal) if params.bidirectional is None else params.bidirectional
+    if params.max_distance <= (bound := _max_exact(params.num_buckets, bidirectional)):
+        raise InvalidInput(
+            ("body", "params", "max_distance"),
+            f"must be larger than {bound}, the range of the exact buckets in causal (one-direction) bucketing; "
+            "bidirectional bucketing (causal=false or bidirectional=true) needs only more than "
+            f"{_max_exact(params.num_buckets, True)}",
+        )
     table = _embedding_table(params, ctx.num_heads).to(device=q_pos.device, dtype=ctx.dtype)  # (nb, H)
     key_minus_query = -relative_positions(q_pos, k_pos)  # (Nq, Nk) int64, n = j - i
     buckets = relative_position_bucket(key_minus_query, bidirectional, params.num_buckets, params.max_distance)

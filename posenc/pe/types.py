@@ -34,6 +34,8 @@ class BiasContext:
     key_length: int
     causal: bool
     dtype: torch.dtype = torch.float32
+    # Query i sits at position i + query_offset, key j at j (bottom-right alignment is Nk − Nq).
+    query_offset: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
 
@@ -41,7 +43,9 @@ class BiasContext:
 class RotaryContext:
     rotary_dim: int  # even; frequencies are computed with d = rotary_dim
     seq_len: int  # current length (max position + 1); dynamic methods depend on it
-    dtype: torch.dtype = torch.float32
+    # Frequencies stay float64 by default: the angle n·ω is formed in float64 (``rotary_angles``), and a
+    # float32-rounded ω would already be off by n·2^-24 rad at position n. float32 is for tests of that rounding.
+    dtype: torch.dtype = torch.float64
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
 
@@ -54,7 +58,7 @@ class RotaryFrequencies:
     xPos only: q is further scaled by zeta[k] ** ((n - center) / scale_base) and k by its reciprocal.
     """
 
-    inv_freq: torch.Tensor  # (d_rot/2,) float64 or float32
+    inv_freq: torch.Tensor  # (d_rot/2,) in the context dtype (float64 unless a caller asks otherwise)
     attention_scale: float = 1.0  # multiplies cos and sin (YaRN mscale, LongRoPE factor): logits x scale**2
     pair_axis: torch.Tensor | None = None  # (d_rot/2,) int64 axis of each pair for 2D methods; None = axis 0
     num_axes: int = 1  # positions have this many coordinates

@@ -26,7 +26,8 @@ class XposParams(MethodParams):
     scale_center: Literal["none", "midpoint"] = Field(
         default="none",
         description="positions the decay scale uses: 'none' the raw n (the paper's formula); 'midpoint' "
-        "n − ⌊L/2⌋ with L the current length (torchscale), which keeps ζ^(±n/λ) finite for long sequences",
+        "n − ⌈L/2⌉ with L the current length (torchscale's min_pos = −⌈L/2⌉), which keeps ζ^(±n/λ) finite for "
+        "long sequences",
     )
 
 
@@ -40,10 +41,12 @@ class XposParams(MethodParams):
         "causal_only": "the key-side factor ζ^(−j/λ) grows for j > i, so future keys must be masked; "
         "xPos is defined for causal attention only",
         "scale_direction": "queries × ζ^(n/λ), keys × ζ^(−n/λ) (the reciprocal): scores decay as i − j grows",
-        "centring": "a constant shift n → n − c of the scale positions cancels in q·k "
-        "(ζ^((i−c)/λ)·ζ^(−(j−c)/λ) = ζ^((i−j)/λ)); scale_center='none' uses the raw positions (the paper), "
-        "'midpoint' uses c = ⌊L/2⌋ like torchscale. With raw positions float32 ζ_0^(±n/λ) overflows past "
-        "n ≈ 36000 (λ = 512): such requests are refused with a 422 that names scale_center",
+        "centring": "a shift n → n − c of the scale positions cancels in q·k when queries and keys are scaled "
+        "with the same c (ζ^((i−c)/λ)·ζ^(−(j−c)/λ) = ζ^((i−j)/λ)), as within one request; scale_center='none' "
+        "uses the raw positions (the paper), 'midpoint' uses c = ⌈L/2⌉ with L the current length, like "
+        "torchscale. With 'midpoint' and a KV cache the centre moves as L grows, so keys cached at an earlier "
+        "step carry another c and the shift no longer cancels. With raw positions float32 ζ_0^(±n/λ) "
+        "overflows past n ≈ 36000 (λ = 512): such requests are refused with a 422 that names scale_center",
     },
 )
 def xpos(params: XposParams, ctx: RotaryContext) -> RotaryFrequencies:
@@ -58,5 +61,5 @@ def xpos(params: XposParams, ctx: RotaryContext) -> RotaryFrequencies:
         inv_freq=rope_inv_freq(params.base, dim, dtype=ctx.dtype).to(ctx.device),
         xpos_zeta=zeta.to(device=ctx.device, dtype=ctx.dtype),
         xpos_scale_base=params.scale_base,
-        xpos_center=ctx.seq_len // 2 if params.scale_center == "midpoint" else 0,
+        xpos_center=(ctx.seq_len + 1) // 2 if params.scale_center == "midpoint" else 0,  # ⌈L/2⌉
     )

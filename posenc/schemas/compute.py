@@ -14,6 +14,15 @@ from posenc.schemas.tensors import FloatDType, TensorIn
 
 MAX_HEADS = 1024
 MAX_LENGTH = 1_048_576
+# Rotary angles n·ω are built in float64; up to |n| = 2^26 their rounding error (≤ |n|·2^-51 rad, counting
+# the float64 rounding of ω itself) stays within one float32 ulp of cos and sin, so the tables are exact to
+# float32 rounding. Past it no float64 computation could be, so such positions are refused (422).
+MAX_ROTARY_POSITION = 2**26
+QUERY_OFFSET_DESCRIPTION = (
+    "position of the first query among the keys: query i sits at position i + query_offset, key j at j. "
+    "Default: key_length - query_length when there are more keys than queries (the queries are the last "
+    "tokens, as in KV-cache decoding, FlashAttention >= 2.1 and Hugging Face's cache_position), else 0"
+)
 Length = Annotated[int, Field(ge=1, le=MAX_LENGTH)]
 Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
 
@@ -33,16 +42,25 @@ class BiasRequest(_Request):
     num_heads: Heads
     query_length: Length
     key_length: Length | None = Field(default=None, description="defaults to query_length")
-    causal: bool = Field(default=True, description="mask j > i with -inf (and use the method's causal form)")
+    query_offset: int | None = Field(default=None, ge=0, le=MAX_LENGTH, description=QUERY_OFFSET_DESCRIPTION)
+    causal: bool = Field(
+        default=True,
+        description="mask keys after the query (j > i + query_offset) with -inf (and use the method's causal form)",
+    )
     dtype: FloatDType = "float32"
     form: Literal["dense", "toeplitz"] = Field(
         default="dense",
-        description="toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1]",
+        description="toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1] (i, j row and column "
+        "indices; the positions differ by i + query_offset - j)",
     )
 
     @property
     def resolved_key_length(self) -> int:
         return self.key_length if self.key_length is not None else self.query_length
+
+    @property
+    def resolved_query_offset(self) -> int:
+        return default_query_offset(self.query_offset, self.query_length, self.resolved_key_length)
 
 
 class RotaryRequest(_Request):
@@ -54,7 +72,13 @@ class RotaryRequest(_Request):
         default=None,
         description="int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset",
     )
-    offset: int = Field(default=0, ge=0, le=2**40, description="added to the default positions (KV-cache decoding)")
+    offset: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_ROTARY_POSITION,
+        description="added to the default positions (KV-cache decoding); offset + N - 1 <= 2^26, the largest "
+        "position whose angles are exact to float32 rounding",
+    )
     pairing: Literal["half", "interleaved"] = Field(
         default="half",
         description="half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta)",
@@ -89,7 +113,8 @@ class AttentionRequest(_Request):
 
     q: TensorIn
     k: TensorIn
-    causal: bool = True
+    causal: bool = Field(default=True, description="mask keys after the query (j > i + query_offset)")
+    query_offset: int | None = Field(default=None, ge=0, le=MAX_LENGTH, description=QUERY_OFFSET_DESCRIPTION)
     key_padding_mask: TensorIn | list[list[bool]] | None = Field(
         default=None, description="(B, Nk) booleans, true = a padding key that nobody attends to"
     )
@@ -97,3 +122,10 @@ class AttentionRequest(_Request):
     scale: float | None = Field(default=None, gt=0, description="logit scale; default 1/sqrt(D)")
     pairing: Literal["half", "interleaved"] = "half"
     dtype: FloatDType | None = None
+
+
+def default_query_offset(query_offset: int | None, query_length: int, key_length: int) -> int:
+    """The explicit offset, else bottom-right alignment: the last query is the last key when Nk > Nq."""
+    if query_offset is not None:
+        return query_offset
+    return max(key_length - query_length, 0)

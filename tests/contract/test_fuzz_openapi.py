@@ -2,7 +2,9 @@
 
 Whatever a client sends that the schema allows (and a good deal it does not), the gateway answers with a
 response and never a 5xx: bad input is a 4xx naming the problem, and outputs larger than the budget are refused
-before anything is allocated. The job routes need Redis and are exercised by the integration tests instead.
+before anything is allocated. Every answer is one the document describes: its status is listed for the
+operation, its content type is declared, and its body (the problem+json of an error included) validates
+against the declared schema. The job routes need Redis and are exercised by the integration tests instead.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import content_type_conformance, response_schema_conformance, status_code_conformance
 
 from posenc.settings import Settings
 from service.main import create_app
@@ -40,6 +43,9 @@ COMPUTE = schema.include(path_regex=r"^/v1/(bias|rotary|encodings|attention|meth
 def test_the_compute_api_never_answers_5xx(case: schemathesis.Case) -> None:
     response = case.call()
     assert response.status_code < 500, f"{case.method} {case.path}: {response.status_code}\n{response.text[:2000]}"
+    case.validate_response(
+        response, checks=[status_code_conformance, content_type_conformance, response_schema_conformance]
+    )
     if response.status_code >= 400:
         content_type = response.headers["content-type"][0]  # schemathesis keeps every header as a list
         assert content_type.startswith("application/problem+json"), response.text[:500]

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     bias.add_argument("--heads", type=int, required=True, help="number of heads H")
     bias.add_argument("--length", type=int, required=True, help="query length Nq")
     bias.add_argument("--key-length", type=int, help="key length Nk (default Nq)")
+    bias.add_argument(
+        "--query-offset", type=int, help="position of the first query (default Nk - Nq when Nk > Nq, else 0)"
+    )
     bias.add_argument("--form", choices=["dense", "toeplitz"], default="dense")
     bias.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
     bias.add_argument("--bidirectional", action="store_true", help="the non-causal form")
@@ -138,6 +141,7 @@ def _bias(client: Client, args: argparse.Namespace) -> int:
         num_heads=args.heads,
         query_length=args.length,
         key_length=args.key_length,
+        query_offset=args.query_offset,
         causal=not args.bidirectional,
         dtype=args.dtype,
         form=args.form,

@@ -123,3 +123,46 @@ def test_mismatched_k_is_422(client: TestClient, wire: Any) -> None:
     k = {"random": {"shape": [2, 3, 5, 8]}}
     problem = wire.problem(client.post("/v1/attention", json={"method": "alibi", "q": Q, "k": k}), 422)
     assert wire.locs(problem) == [["body", "k", "shape"]]
+
+
+@pytest.mark.parametrize("spec", ATTENTION_METHODS, ids=lambda spec: spec.name)
+def test_a_decode_step_attends_to_every_cached_key(
+    client: TestClient, wire: Any, example_params: Any, spec: MethodSpec
+) -> None:
+    """Nq = 1, Nk = 8, causal: by default the query is the last token (bottom-right, as FlashAttention >= 2.1
+    and Hugging Face decode), so it attends to all eight keys and equals the last row of the full 8 x 8 map;
+    with query_offset=0 it sits at position 0 and attends to key 0 only."""
+    params = example_params(spec.name)
+    q_full = {"random": {"shape": [1, 2, 8, 8], "seed": 21}}
+    k = {"random": {"shape": [1, 2, 8, 8], "seed": 22}}
+    full_request = {"method": spec.name, "params": params, "q": q_full, "k": k, "causal": True, "stats": False}
+    if not one_dimensional(spec, params):  # tokens on a line cannot carry 2D/3D positions: a 422, as documented
+        wire.problem(client.post("/v1/attention", json=full_request), 422)
+        return
+    full = wire.safetensors(client.post("/v1/attention", json=full_request, headers=SAFETENSORS))[0]["weights"]
+
+    last_query = random_tensor(RandomTensor.model_validate(q_full))[:, :, 7:]  # (1, 2, 1, 8)
+    decode = {**full_request, "q": {"dtype": "float32", "shape": [1, 2, 1, 8], "data": last_query.flatten().tolist()}}
+    response = client.post("/v1/attention", json={**decode, "stats": True}, headers=SAFETENSORS)
+    assert response.status_code == 200, response.text
+    tensors, meta = wire.safetensors(response)
+    assert meta["query_offset"] == 7
+    assert bool((tensors["weights"] > 0).all()), "every cached key gets weight"
+    torch.testing.assert_close(tensors["weights"][:, :, 0], full[:, :, 7], rtol=1e-5, atol=1e-6)
+    assert tensors["mass_by_distance"].shape == (2, 8)
+
+    top_left = wire.safetensors(
+        client.post("/v1/attention", json={**decode, "query_offset": 0}, headers=SAFETENSORS)
+    )[0]["weights"]
+    assert int((top_left > 0).sum(-1).max()) == 1, "at position 0 the query attends to key 0 only"
+
+
+def test_statistics_measure_distance_from_the_query_position() -> None:
+    """A decode query at position 7 that puts all its weight on key 7 is at distance 0, not 7."""
+    weights = torch.zeros(1, 1, 1, 8)
+    weights[..., 7] = 1.0
+    stats = attention_statistics(weights, query_offset=7)
+    assert float(stats.mean_distance[0]) == 0.0
+    assert float(stats.mass_by_distance[0, 0]) == 1.0
+    top_left = attention_statistics(weights)
+    assert float(top_left.mean_distance[0]) == 7.0

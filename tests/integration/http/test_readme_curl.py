@@ -106,16 +106,25 @@ def check_attention(stdout: str, _: Path) -> None:
     assert body["tensors"]["mass_by_distance"]["shape"] == [2, 8]
 
 
+def check_decode_step(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    bias = body["tensors"]["bias"]
+    assert bias["shape"] == [2, 1, 8]
+    assert "-inf" not in bias["data"], "the decode query is the last token: it sees every cached key"
+    assert body["meta"]["query_offset"] == 7
+
+
 CHECKS: list[Callable[[str, Path], None]] = [
     check_methods,
     check_bias,
     check_toeplitz,
     check_yarn_file,
     check_attention,
+    check_decode_step,
 ]
 
 
-def test_the_readme_shows_five_curl_examples() -> None:
+def test_the_readme_shows_six_curl_examples() -> None:
     examples = readme_examples()
     assert len(examples) == len(CHECKS)
     assert all(example.startswith("curl ") and README_ADDRESS in example for example in examples)

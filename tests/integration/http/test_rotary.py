@@ -169,3 +169,55 @@ def test_xpos_overflow_is_a_422_naming_scale_center(client: TestClient) -> None:
     request["q"] = {"random": {"shape": [1, 1, 4, 16], "seed": 0, "dtype": "float64"}}
     request["k"] = {"random": {"shape": [1, 1, 4, 16], "seed": 1, "dtype": "float64"}}
     assert client.post("/v1/rotary", json=request).status_code == 200
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_positions_past_float32_integers_are_exact(client: TestClient, wire: Any, inline: Any, pairing: str) -> None:
+    """At offset 2^24 + 1 a float32 position would already be 2^24: the float32 answer must be the float64
+    rotation of the true positions, rounded to float32 (a few ulps), not the rotation by cos(2^24 · ω)."""
+    offset = 2**24 + 1
+    q = torch.randn(1, 2, 3, 16, generator=torch.Generator().manual_seed(7))
+    request = {"method": "rope", "q": inline(q), "rotate": "query", "pairing": pairing, "offset": offset}
+    response = client.post("/v1/rotary", json=request, headers={"Accept": "application/vnd.safetensors"})
+    assert response.status_code == 200, response.text
+    got = wire.safetensors(response)[0]["q"]
+    assert got.dtype == torch.float32
+    exact = rope_by_hand(q, torch.arange(3) + offset, 10000.0, pairing)  # float64
+    torch.testing.assert_close(got.to(torch.float64), exact, rtol=0, atol=4e-7)
+    rounded_positions = rope_by_hand(q, torch.tensor([2.0**24, 2.0**24 + 2, 2.0**24 + 2]), 10000.0, pairing)
+    assert float((rounded_positions - exact).abs().max()) > 1e-2, "the test must tell the two apart"
+
+
+def test_positions_where_angles_cannot_be_exact_are_refused(client: TestClient, wire: Any, inline: Any) -> None:
+    q = inline(torch.zeros(1, 1, 2, 8))
+    too_far = {"method": "rope", "q": q, "rotate": "query", "offset": 2**26}
+    problem = wire.problem(client.post("/v1/rotary", json=too_far), 422)
+    assert wire.locs(problem) == [["body", "offset"]]
+    assert "2^26" in problem["detail"]
+    given = {"method": "rope", "q": q, "rotate": "query", "positions": [0, 2**26 + 1]}
+    problem = wire.problem(client.post("/v1/rotary", json=given), 422)
+    assert wire.locs(problem) == [["body", "positions"]]
+    assert "2^26" in problem["detail"]
+
+
+def test_xpos_scale_at_long_positions_is_the_float64_one_rounded(client: TestClient, wire: Any, inline: Any) -> None:
+    """xPos at offset 2^24 + 1 (λ = 2^22 keeps ζ^(n/λ) in range): q is scaled by ζ^(n/λ) of the exact n."""
+    offset, length, scale_base = 2**24 + 1, 3, 2.0**22
+    q = torch.randn(1, 1, length, 8, generator=torch.Generator().manual_seed(8))
+    request = {
+        "method": "xpos",
+        "params": {"scale_base": scale_base},
+        "q": inline(q),
+        "rotate": "query",
+        "offset": offset,
+        "return_tables": True,
+    }
+    response = client.post("/v1/rotary", json=request, headers={"Accept": "application/vnd.safetensors"})
+    assert response.status_code == 200, response.text
+    got = wire.safetensors(response)[0]["q"].to(torch.float64)
+    positions = torch.arange(length, dtype=torch.float64) + offset
+    d = 8
+    zeta = (torch.arange(0, d, 2, dtype=torch.float64) + 0.4 * d) / (1.4 * d)  # (d/2,)
+    scale = zeta[None, :] ** (positions[:, None] / scale_base)  # (N, d/2)
+    expected = rope_by_hand(q, torch.arange(length) + offset, 10000.0, "half") * torch.cat((scale, scale), -1)
+    torch.testing.assert_close(got, expected, rtol=2e-6, atol=1e-6)

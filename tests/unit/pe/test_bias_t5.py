@@ -157,11 +157,27 @@ def test_table_of_the_wrong_shape_names_the_field() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"num_buckets": 2}, {"max_distance": 16}, {"num_buckets": 64, "max_distance": 32}],
+    [
+        {"num_buckets": 2},
+        {"max_distance": 8},
+        {"max_distance": 16, "bidirectional": False},
+        {"num_buckets": 64, "max_distance": 16},
+    ],
 )
 def test_parameters_without_a_log_range_are_rejected(params: dict[str, Any]) -> None:
     with pytest.raises(pydantic.ValidationError):
         get_method("t5").parse_params(params)
+
+
+def test_an_unset_direction_is_checked_against_the_requests_direction() -> None:
+    # max_distance 10 has a log range for bidirectional buckets (max_exact 8) but not causal ones (16)
+    not_causal = _bias(2, 6, 6, causal=False, max_distance=10)
+    explicit = _bias(2, 6, 6, causal=False, max_distance=10, bidirectional=True)
+    torch.testing.assert_close(not_causal, explicit, rtol=0, atol=0)
+    with pytest.raises(InvalidInput) as info:
+        _bias(2, 6, 6, causal=True, max_distance=10)
+    assert info.value.loc == ("body", "params", "max_distance")
+    assert "16" in info.value.msg
 
 
 def test_bidirectional_tables_allow_a_shorter_max_distance() -> None:

@@ -22,6 +22,7 @@ def _attention_request(
     method: str,
     params: dict[str, Any] | None,
     causal: bool,
+    query_offset: int | None,
     key_padding_mask: Any,
     stats: bool,
     scale: float | None,
@@ -34,6 +35,7 @@ def _attention_request(
         "method": method,
         "params": params_or_empty(params),
         "causal": causal,
+        "query_offset": query_offset,
         "stats": stats,
         "scale": scale,
         "pairing": pairing,
@@ -57,6 +59,7 @@ class Attention(SyncResource):
         method: str,
         params: dict[str, Any] | None = None,
         causal: bool = True,
+        query_offset: int | None = None,
         key_padding_mask: Any = None,
         stats: bool = True,
         scale: float | None = None,
@@ -67,13 +70,16 @@ class Attention(SyncResource):
         accept: str | None = None,
     ) -> AttentionResult:
         """``weights`` (B, H, Nq, Nk) and, with ``stats``, per head ``entropy``, ``mean_distance`` and
-        ``mass_by_distance``. q and k are (B, H, N, D); key_padding_mask (B, Nk) booleans, true = padding."""
+        ``mass_by_distance``. q and k are (B, H, N, D); key_padding_mask (B, Nk) booleans, true = padding.
+        Query i sits at position i + ``query_offset`` (default: Nk - Nq when Nk > Nq, the queries being the last
+        tokens as in KV-cache decoding; else 0)."""
         request = _attention_request(
             q,
             k,
             method=method,
             params=params,
             causal=causal,
+            query_offset=query_offset,
             key_padding_mask=key_padding_mask,
             stats=stats,
             scale=scale,
@@ -95,6 +101,7 @@ class AsyncAttention(AsyncResource):
         method: str,
         params: dict[str, Any] | None = None,
         causal: bool = True,
+        query_offset: int | None = None,
         key_padding_mask: Any = None,
         stats: bool = True,
         scale: float | None = None,
@@ -110,6 +117,7 @@ class AsyncAttention(AsyncResource):
             method=method,
             params=params,
             causal=causal,
+            query_offset=query_offset,
             key_padding_mask=key_padding_mask,
             stats=stats,
             scale=scale,

@@ -21,6 +21,7 @@ def _bias_request(
     num_heads: int,
     query_length: int,
     key_length: int | None,
+    query_offset: int | None,
     causal: bool,
     dtype: FloatDType,
     form: Literal["dense", "toeplitz"],
@@ -38,6 +39,8 @@ def _bias_request(
     }
     if key_length is not None:
         body["key_length"] = key_length
+    if query_offset is not None:
+        body["query_offset"] = query_offset
     return compute_request("/v1/bias", Body(json_body=body), accept=accept or OCTET_STREAM)
 
 
@@ -57,6 +60,7 @@ class Bias(SyncResource):
         num_heads: int,
         query_length: int,
         key_length: int | None = None,
+        query_offset: int | None = None,
         causal: bool = True,
         dtype: FloatDType = "float32",
         form: Literal["dense", "toeplitz"] = "dense",
@@ -66,6 +70,9 @@ class Bias(SyncResource):
     ) -> BiasResult:
         """``bias`` of shape (H, Nq, Nk), or (H, Nq + Nk - 1) with ``form="toeplitz"``.
 
+        Query i sits at position i + ``query_offset``; by default the queries are the last Nq of the Nk keys
+        (Nk - Nq, as a KV-cache decode step), or 0 when Nq >= Nk.
+
         ``accept`` overrides the media type asked for (default application/octet-stream).
         """
         request = _bias_request(
@@ -73,6 +80,7 @@ class Bias(SyncResource):
             num_heads=num_heads,
             query_length=query_length,
             key_length=key_length,
+            query_offset=query_offset,
             causal=causal,
             dtype=dtype,
             form=form,
@@ -90,6 +98,7 @@ class Bias(SyncResource):
         num_heads: int,
         query_length: int,
         key_length: int | None = None,
+        query_offset: int | None = None,
         causal: bool = True,
         dtype: FloatDType = "float32",
         form: Literal["dense", "toeplitz"] = "dense",
@@ -101,6 +110,7 @@ class Bias(SyncResource):
             num_heads=num_heads,
             query_length=query_length,
             key_length=key_length,
+            query_offset=query_offset,
             causal=causal,
             dtype=dtype,
             form=form,
@@ -119,6 +129,7 @@ class AsyncBias(AsyncResource):
         num_heads: int,
         query_length: int,
         key_length: int | None = None,
+        query_offset: int | None = None,
         causal: bool = True,
         dtype: FloatDType = "float32",
         form: Literal["dense", "toeplitz"] = "dense",
@@ -131,6 +142,7 @@ class AsyncBias(AsyncResource):
             num_heads=num_heads,
             query_length=query_length,
             key_length=key_length,
+            query_offset=query_offset,
             causal=causal,
             dtype=dtype,
             form=form,
@@ -148,6 +160,7 @@ class AsyncBias(AsyncResource):
         num_heads: int,
         query_length: int,
         key_length: int | None = None,
+        query_offset: int | None = None,
         causal: bool = True,
         dtype: FloatDType = "float32",
         form: Literal["dense", "toeplitz"] = "dense",
@@ -159,6 +172,7 @@ class AsyncBias(AsyncResource):
             num_heads=num_heads,
             query_length=query_length,
             key_length=key_length,
+            query_offset=query_offset,
             causal=causal,
             dtype=dtype,
             form=form,
