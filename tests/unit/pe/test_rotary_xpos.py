@@ -148,3 +148,11 @@ def test_midpoint_centring_keeps_float32_finite_and_gives_the_raw_scores() -> No
     centred32 = _scores_in(torch.float32, positions, 60_000, scale_center="midpoint")
     assert torch.isfinite(centred32).all()
     torch.testing.assert_close(centred32, raw, rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize(("seq_len", "centre"), [(6, 3), (7, 4), (1, 1)])
+def test_midpoint_centre_is_torchscales_ceiling_of_half_the_length(seq_len: int, centre: int) -> None:
+    """torchscale's XPOS takes min_pos = -(L // 2 rounded away from zero) = -⌈L/2⌉: position n uses n − ⌈L/2⌉."""
+    spec = get_method("xpos")
+    params = spec.parse_params({"scale_center": "midpoint"})
+    assert rotary_frequencies(spec, params, RotaryContext(8, seq_len)).xpos_center == centre
