@@ -103,10 +103,11 @@ def test_missing_field_is_a_fastapi_validation_error(client: TestClient, wire: A
     assert ["body", "query_length"] in wire.locs(problem)
 
 
-def test_bad_json_body_is_422(client: TestClient, wire: Any) -> None:
+def test_bad_json_body_is_400(client: TestClient, wire: Any) -> None:
+    """Not JSON at all is a malformed request (400); tests/integration/http/test_problem_documents.py has the rest."""
     response = client.post("/v1/rotary", content=b"{not json", headers={"Content-Type": "application/json"})
-    problem = wire.problem(response, 422)
-    assert problem["errors"][0]["loc"][0] == "body"
+    problem = wire.problem(response, 400)
+    assert problem["errors"][0]["loc"] == ["body"]
 
 
 def test_unknown_param_names_the_key(client: TestClient, wire: Any) -> None:
