@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,6 +116,7 @@ def serve(args: argparse.Namespace) -> int:
 
     redis_server: runtime.EmbeddedRedis | None = None
     worker: runtime.SupervisedProcess | None = None
+    status = 0
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if not settings.redis_url:
@@ -125,17 +127,8 @@ def serve(args: argparse.Namespace) -> int:
             worker = _start_worker(args, state_dir)
         settings = get_settings()
         _warn_if_open(settings)
-        import uvicorn
-
         print(f"posenc: gateway on http://{settings.host}:{settings.port} (docs at /docs)", flush=True)
-        # uvicorn handles SIGINT/SIGTERM while it runs, then re-raises the signal into our handler: _Stop.
-        uvicorn.run(
-            "service.main:app",
-            host=settings.host,
-            port=settings.port,
-            workers=args.workers,
-            log_level=args.log_level,
-        )
+        status = _run_gateway(settings, args.workers, args.log_level)
     except _Stop:
         pass
     finally:
@@ -144,7 +137,36 @@ def serve(args: argparse.Namespace) -> int:
         _shut_down(worker, redis_server, get_settings())
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0
+    return status
+
+
+def _run_gateway(settings: Settings, workers: int, log_level: str) -> int:
+    """uvicorn: in this process for one gateway process; for several, its process manager as our child.
+
+    In process, ``--workers N`` makes the gateway processes our children with nothing to stop them when we die
+    by SIGKILL (they kept the port and answered with a dead Redis). As our child with a parent-death SIGTERM,
+    uvicorn's manager stops them, and itself, when we die; our own stop (Ctrl-C, SIGTERM) ends it the same way.
+    """
+    if workers <= 1:
+        import uvicorn
+
+        # uvicorn handles SIGINT/SIGTERM while it runs, then re-raises the signal into our handler: _Stop.
+        uvicorn.run("service.main:app", host=settings.host, port=settings.port, log_level=log_level)
+        return 0
+    manager = subprocess.Popen(
+        [
+            sys.executable, "-m", "uvicorn", "service.main:app",
+            "--host", settings.host,
+            "--port", str(settings.port),
+            "--workers", str(workers),
+            "--log-level", log_level,
+        ],
+        preexec_fn=runtime.die_with_parent(signal.SIGTERM),
+    )  # fmt: skip
+    try:
+        return manager.wait()
+    finally:
+        runtime.terminate(manager, grace_s=30)
 
 
 def _start_worker(args: argparse.Namespace, state_dir: Path) -> runtime.SupervisedProcess:
@@ -174,7 +196,7 @@ def _shut_down(
 
 
 def _warn_if_open(settings: Settings) -> None:
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_keys:
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not (settings.api_keys or settings.admin_api_keys):
         print(
             f"posenc: WARNING: listening on {settings.host} without API keys; set POSENC_API_KEYS",
             file=sys.stderr,

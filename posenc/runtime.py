@@ -2,13 +2,20 @@
 Celery worker. Also used by the integration tests, so the product and the tests start Redis the same way.
 
 Children are started in their own sessions (a Ctrl-C in the terminal reaches only ``posenc serve``, which
-then stops them in order) and with a parent-death signal, so they do not outlive a killed ``posenc serve``.
+then stops them in order) and with a parent-death signal, so they do not outlive a killed ``posenc serve``:
+SIGTERM for redis-server (it saves and exits), SIGKILL for the Celery worker. A worker that gets SIGTERM
+starts a soft shutdown that talks to Redis (a worker-offline event, requeues); when ``posenc serve`` dies
+its private Redis dies with it, and Celery's event dispatcher then retries the connection forever while
+holding a lock the shutdown waits on: the worker parent hung for good. Nothing can be saved without that
+Redis anyway; the running job's lease expires and the next worker's sweep requeues it from its checkpoint.
+The worker's prefork children carry Celery's own parent-death SIGKILL, so they go with it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import logging
 import os
@@ -38,10 +45,19 @@ except (OSError, AttributeError):  # not Linux
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM this child when the thread that started it exits (Linux; no-op elsewhere)."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+def _die_with_parent(sig: int, parent_pid: int) -> None:
+    """preexec_fn: the kernel sends ``sig`` to this child when the thread that started it exits (Linux; no-op
+    elsewhere). A parent that died between the fork and the prctl sends nothing, so then exit at once."""
+    if _prctl is None:
+        return
+    _prctl(_PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def die_with_parent(sig: signal.Signals) -> Callable[[], None]:
+    """A preexec_fn for a child of this process that must not outlive it (see :func:`_die_with_parent`)."""
+    return functools.partial(_die_with_parent, int(sig), os.getpid())
 
 
 def bundled_redis_server() -> Path | None:
@@ -123,7 +139,7 @@ def start_redis(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent(signal.SIGTERM),  # SIGTERM: it fsyncs the append-only file and exits
         )
         url = f"redis://127.0.0.1:{port}/0"
         if _wait_for_ping(url, process, timeout):
@@ -155,6 +171,18 @@ def _wait_or_kill(process: subprocess.Popen[bytes], timeout: float) -> None:
         process.wait(5)
 
 
+def terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM, ``grace_s`` to exit, then SIGKILL: for a child that stops its own children on SIGTERM."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
 def cuda_present() -> bool:
     """Whether this host has an NVIDIA GPU, asked of the driver, not of CUDA (no context, no fork hazard)."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
@@ -176,11 +204,21 @@ def worker_command(queues: Sequence[str], concurrency: int, loglevel: str = "INF
 class SupervisedProcess:
     """Runs a command and starts it again when it dies, until :meth:`stop`.
 
-    Restarts back off from 1 s to 30 s so a worker that cannot start (Redis gone) does not spin.
+    Restarts back off from 1 s to 30 s so a worker that cannot start (Redis gone) does not spin. The child gets
+    ``death_signal`` when this process dies without calling :meth:`stop` (kill -9, a crash): SIGKILL by
+    default, because a child that shuts down gracefully may wait forever on a Redis that died at the same time.
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, name: str) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        name: str,
+        death_signal: signal.Signals = signal.SIGKILL,
+    ) -> None:
         self.argv, self.env, self.log_path, self.name = argv, env, log_path, name
+        self.death_signal = death_signal
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._stopping = threading.Event()
@@ -204,7 +242,9 @@ class SupervisedProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # from the watcher thread, which lives until stop()
+                # Also from the watcher thread (restarts), which lives until stop(): the signal is tied to the
+                # thread that forks, not only to the process.
+                preexec_fn=die_with_parent(self.death_signal),
             )
             log.close()
 

@@ -1,11 +1,15 @@
 """Training data: character-level corpora and synthetic sequence tasks, both as int64 token ids.
 
-Corpora (``load_corpus``):
+Corpora (``load_corpus_text``):
     ``"stdlib"``           an offline code corpus built from this interpreter's own standard-library
                            ``.py`` sources (sorted relative paths, ASCII-only files, no tests, up to
                            ``STDLIB_CORPUS_CHARS`` characters), cached as a text file per Python version;
-    ``"tinyshakespeare"``  ``<data_dir>/tinyshakespeare.txt`` (karpathy/char-rnn, 1,115,394 bytes);
-    anything else          a path to a UTF-8 text file.
+    ``"tinyshakespeare"``  ``tinyshakespeare.txt`` in a data directory (karpathy/char-rnn, 1,115,394 bytes);
+    anything else          a UTF-8 text file under the data directories: a name relative to them
+                           (``mytext.txt``, ``sub/a.txt``) or an absolute path inside one.
+The data directories are ``POSENC_DATA_DIR`` (or the ``data_dir`` argument) then ``POSENC_DATA_DIRS``; no file
+outside them is read, whatever symlinks or ``..`` a name holds (``posenc.corpora``, which the gateway also
+runs at submission: the worker checks again with its own settings, as it may be another host).
 The vocabulary is the sorted set of distinct characters; the split is nanoGPT's: the first
 ``1 - val_fraction`` of the text trains, the rest validates.
 
@@ -32,6 +36,7 @@ from typing import Literal
 
 import torch
 
+from posenc.corpora import corpus_file, data_directories
 from posenc.errors import InvalidInput
 
 TaskName = Literal["copy", "reverse", "addition"]
@@ -103,38 +108,23 @@ def stdlib_corpus(cache_dir: Path | None = None) -> str:
     return text
 
 
-def resolve_data_dir(data_dir: Path | None) -> Path | None:
-    """The argument, else ``$POSENC_DATA_DIR``, else None (named corpora then cannot be found)."""
-    if data_dir is not None:
-        return data_dir
-    from_env = os.environ.get("POSENC_DATA_DIR")
-    return Path(from_env) if from_env else None
+def corpus_directories(data_dir: Path | None) -> list[Path]:
+    """Where corpus files may be read from: ``data_dir`` (default ``POSENC_DATA_DIR``), then ``POSENC_DATA_DIRS``.
+
+    Read from this process's settings, so a worker confines jobs by its own configuration, not the gateway's.
+    """
+    return data_directories(data_dir=data_dir)
 
 
 def corpus_path(name: str, data_dir: Path | None) -> Path | None:
-    """Where a file-backed corpus lives: None for the built-in ``stdlib``; raises InvalidInput if missing."""
-    if name == "stdlib":
-        return None
-    if name == "tinyshakespeare":
-        directory = resolve_data_dir(data_dir)
-        if directory is None:
-            raise InvalidInput(
-                ("body", "spec", "data", "corpus"),
-                "corpus 'tinyshakespeare' needs a data directory (POSENC_DATA_DIR) holding tinyshakespeare.txt",
-            )
-        path = directory / "tinyshakespeare.txt"
-    else:
-        path = Path(name)
-    if not path.is_file():
-        raise InvalidInput(
-            ("body", "spec", "data", "corpus"),
-            f"corpus {name!r}: no text file at {path}; use 'stdlib', 'tinyshakespeare' or a file path",
-        )
-    return path
+    """The file a corpus is read from: None for the built-in ``stdlib``. Anything that is not a registered name
+    or a text file under the data directories raises InvalidInput with one message that does not say whether
+    the path exists (``posenc.corpora``)."""
+    return corpus_file(name, corpus_directories(data_dir))
 
 
 def load_corpus_text(name: str, data_dir: Path | None = None, cache_dir: Path | None = None) -> str:
-    """The raw text of a corpus by name or path (see the module docstring)."""
+    """The raw text of a corpus by registered name or data-directory file (see the module docstring)."""
     path = corpus_path(name, data_dir)
     if path is None:
         return stdlib_corpus(cache_dir)

@@ -51,6 +51,8 @@ def _isolated_settings(**overrides: Any) -> Settings:
         "api_keys": [],
         "rate_limit_per_minute": None,
         "cors_origins": [],
+        "data_dir": None,
+        "data_dirs": [],
     }
     return Settings(**(defaults | overrides))
 
@@ -62,7 +64,8 @@ def isolated_settings() -> IsolatedSettings:
 
 
 def job_request(corpus: Path, *, steps: int, method: str = "rope", checkpoint_every: int = 20) -> dict[str, Any]:
-    """A small train job (2 layers, dim 32, length 32): a few hundred steps take seconds on one core."""
+    """A small train job (2 layers, dim 32, length 32): a few hundred steps take seconds on one core.
+    ``corpus`` must lie in the gateway's and the worker's data directory (the ``data_dir`` fixture)."""
     return {
         "kind": "train",
         "spec": {
@@ -103,14 +106,23 @@ def store(redis_url: str) -> JobStore:
 
 
 @pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "corpus.txt"
+def data_dir(tmp_path: Path) -> Path:
+    """This test's data directory (``POSENC_DATA_DIR`` of its gateway and workers): jobs read corpora from it
+    and from nowhere else."""
+    directory = tmp_path / "data"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+@pytest.fixture
+def corpus(data_dir: Path) -> Path:
+    path = data_dir / "corpus.txt"
     path.write_text(CORPUS, encoding="utf-8")
     return path
 
 
 @pytest.fixture
-def job_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+def job_env(redis_url: str, tmp_path: Path, data_dir: Path) -> dict[str, str]:
     """Environment for every subprocess of a test: this test's Redis and dirs, short recovery timings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
     env.update(
@@ -118,6 +130,7 @@ def job_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
             "POSENC_REDIS_URL": redis_url,
             "POSENC_STATE_DIR": str(tmp_path / "state"),
             "POSENC_ARTIFACT_DIR": str(tmp_path / "artifacts"),
+            "POSENC_DATA_DIR": str(data_dir),
             "POSENC_DEVICE": "cpu",
             "POSENC_TORCH_THREADS": "1",
             "POSENC_JOB_LEASE_TTL_S": str(LEASE_TTL_S),

@@ -105,3 +105,45 @@ def test_posenc_worker_module_entry_point_prints_help() -> None:
     )
     assert ran.returncode == 0
     assert "--queues" in ran.stdout
+
+
+def _running(pid: int) -> bool:
+    """Not exited (a zombie has exited and waits only for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("death_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_child_dies_with_the_process_that_started_it(death_signal: signal.Signals) -> None:
+    """The parent-death signal ``posenc serve`` gives its worker and redis-server, here on a plain sleeper."""
+    middle_code = (
+        "import signal, subprocess, sys, time; from posenc import runtime; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+        f"preexec_fn=runtime.die_with_parent(signal.Signals({int(death_signal)}))); "
+        "print(child.pid, flush=True); time.sleep(120)"
+    )
+    with subprocess.Popen([sys.executable, "-c", middle_code], stdout=subprocess.PIPE, text=True) as middle:
+        assert middle.stdout is not None
+        grandchild = int(middle.stdout.readline())
+        try:
+            assert _running(grandchild)
+            middle.kill()  # SIGKILL: no handler, no clean-up of its own
+            middle.wait(10)
+            assert runtime.wait_until(lambda: not _running(grandchild), timeout=5), "the child outlived its parent"
+        finally:
+            if _running(grandchild):
+                os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_child_whose_parent_died_before_the_signal_was_armed_exits_at_once() -> None:
+    """Between fork and prctl the parent may die; the kernel would then never signal: the child must not run."""
+    ran = subprocess.run(
+        [sys.executable, "-c", "print('ran')"],
+        preexec_fn=lambda: runtime._die_with_parent(int(signal.SIGKILL), parent_pid=-1),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (ran.returncode, ran.stdout) == (1, "")

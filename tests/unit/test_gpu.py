@@ -14,6 +14,7 @@ import torch
 
 import posenc.pe as pe
 from posenc.schemas.jobs import JobSpec
+from posenc.settings import get_settings
 from posenc.training.hooks import NoHooks
 from posenc.training.jobs import run_job
 
@@ -62,7 +63,9 @@ def test_rotary_on_cuda_matches_cpu(spec: pe.MethodSpec, pairing: Literal["half"
     torch.testing.assert_close(results[1], results[0], rtol=1e-4, atol=1e-4)
 
 
-def test_a_training_job_runs_on_cuda(tmp_path: Path) -> None:
+def test_a_training_job_runs_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POSENC_DATA_DIR", str(tmp_path))  # jobs read corpus files from the data dirs only
+    get_settings.cache_clear()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
     spec = JobSpec.model_validate(
@@ -75,7 +78,12 @@ def test_a_training_job_runs_on_cuda(tmp_path: Path) -> None:
             "device": "cuda",
         }
     )
-    result = run_job("train", spec, job_dir=tmp_path / "job", artifact_root=tmp_path, hooks=NoHooks(), device="cuda")
+    try:
+        result = run_job(
+            "train", spec, job_dir=tmp_path / "job", artifact_root=tmp_path, hooks=NoHooks(), device="cuda"
+        )
+    finally:
+        get_settings.cache_clear()
     assert result["device"] == "cuda"
     assert torch.isfinite(torch.tensor(result["final_loss"]))
     assert (tmp_path / "job" / "model.safetensors").is_file()

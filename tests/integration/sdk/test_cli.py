@@ -111,7 +111,9 @@ def test_jobs_commands(job_stack: str, corpus: Path, tmp_path: Path) -> None:
     assert unknown.returncode == 1
     assert "404" in unknown.stderr
 
-    failing = dict(spec, data={"corpus": str(tmp_path / "missing.txt")})
+    too_short = corpus.parent / "too-short.txt"  # accepted at submission, fails on the worker
+    too_short.write_text("abc", encoding="utf-8")
+    failing = dict(spec, data={"corpus": str(too_short)})
     spec_file.write_text(json.dumps(failing))
     failed = run_cli("jobs", "submit", str(spec_file), "--kind", "benchmark", "--wait", "--no-progress",
                      url=job_stack)  # fmt: skip

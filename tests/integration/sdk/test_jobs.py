@@ -97,7 +97,10 @@ def test_jobs_async_failed_cancelled_and_timeout(job_stack: str, corpus: Path) -
                 await client.jobs.get("no-such-job")
 
             broken = benchmark_spec(corpus)
-            broken["data"] = {"corpus": str(corpus.parent / "missing-corpus.txt")}
+            # Accepted at submission (a file in the data dir), fails on the worker: too short for one window.
+            too_short = corpus.parent / "too-short.txt"
+            too_short.write_text("abc", encoding="utf-8")
+            broken["data"] = {"corpus": str(too_short)}
             failing = await client.jobs.create("benchmark", broken)
             with pytest.raises(JobFailedError) as failed:
                 await client.jobs.wait(failing.id, timeout=120, poll_interval=0.2, progress_bar=False)

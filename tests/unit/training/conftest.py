@@ -1,12 +1,14 @@
-"""Shared fixtures of the training tests: a small text corpus, recording hooks, the shared data directory."""
+"""Shared fixtures of the training tests: a configured data directory holding a small text corpus, recording
+hooks, the shared data directory when the checkout has one beside it."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from posenc.settings import get_settings
 from posenc.training.hooks import Progress
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -34,17 +36,31 @@ def hooks() -> RecordingHooks:
 
 
 @pytest.fixture
-def text_file(tmp_path: Path) -> Path:
-    """About 20 kB of repetitive but not periodic text (so windows differ and a model can learn a little)."""
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's ``POSENC_DATA_DIR``, as a worker has one: jobs read corpus files from nowhere else."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    monkeypatch.setenv("POSENC_DATA_DIR", str(directory))
+    monkeypatch.delenv("POSENC_DATA_DIRS", raising=False)
+    get_settings.cache_clear()
+    yield directory
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def text_file(data_dir: Path) -> Path:
+    """About 20 kB of repetitive but not periodic text (so windows differ and a model can learn a little), in
+    the data directory."""
     words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "away"]
     lines = [" ".join(words[(i * j + j) % len(words)] for j in range(1, 9)) for i in range(400)]
-    path = tmp_path / "corpus.txt"
+    path = data_dir / "corpus.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 @pytest.fixture
-def shared_data_dir() -> Path:
-    """``$POSENC_DATA_DIR`` or ``../shared/data`` from the repository root (holds tinyshakespeare.txt)."""
-    from_env = os.environ.get("POSENC_DATA_DIR")
-    return Path(from_env) if from_env else (REPO_ROOT / ".." / "shared" / "data").resolve()
+def shared_data_dir() -> Path | None:
+    """``../shared/data`` beside the checkout when it holds the real tinyshakespeare.txt, else None: a fresh
+    clone has no such directory, so no test may need it."""
+    directory = (REPO_ROOT / ".." / "shared" / "data").resolve()
+    return directory if (directory / "tinyshakespeare.txt").is_file() else None

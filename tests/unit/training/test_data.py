@@ -45,16 +45,24 @@ def test_text_batches_are_determined_by_the_generator_seed(text_file: Path) -> N
     assert torch.equal(inputs[:, 1:], targets[:, :-1])  # targets are the next characters
 
 
-def test_tinyshakespeare_is_found_in_the_data_dir(shared_data_dir: Path) -> None:
-    corpus = char_corpus(load_corpus_text("tinyshakespeare", shared_data_dir))
-    assert corpus.vocab_size == 65
-    assert (len(corpus.train), len(corpus.val)) == (1_003_854, 111_540)  # nanoGPT's split
+def test_tinyshakespeare_is_found_in_the_data_dir(data_dir: Path, shared_data_dir: Path | None) -> None:
+    text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 40
+    (data_dir / "tinyshakespeare.txt").write_text(text, encoding="utf-8")
+    assert load_corpus_text("tinyshakespeare") == text  # POSENC_DATA_DIR
+    corpus = char_corpus(load_corpus_text("tinyshakespeare", data_dir))
+    assert corpus.vocab == tuple(sorted(set(text)))
+    assert (len(corpus.train), len(corpus.val)) == (int(len(text) * 0.9), len(text) - int(len(text) * 0.9))
+    if shared_data_dir is not None:  # the real file, when the checkout has ../shared/data beside it
+        real = char_corpus(load_corpus_text("tinyshakespeare", shared_data_dir))
+        assert real.vocab_size == 65
+        assert (len(real.train), len(real.val)) == (1_003_854, 111_540)  # nanoGPT's split
 
 
-def test_missing_corpus_is_an_invalid_input(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput, match="no text file"):
-        load_corpus_text(str(tmp_path / "absent.txt"))
-    with pytest.raises(InvalidInput, match="no text file"):
+def test_missing_corpus_is_an_invalid_input(data_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="a text file under the data directories") as missing:
+        load_corpus_text(str(data_dir / "absent.txt"))
+    assert missing.value.loc == ("body", "spec", "data", "corpus")
+    with pytest.raises(InvalidInput, match=r"needs tinyshakespeare\.txt in a data directory"):
         load_corpus_text("tinyshakespeare", tmp_path)
 
 

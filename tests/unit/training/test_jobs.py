@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from posenc import jobspec
+from posenc.corpora import CORPUS_RULE
 from posenc.errors import InvalidInput
 from posenc.jobspec import eval_lengths, validate_spec
 from posenc.pe import UnknownMethodError, get_method
@@ -94,6 +95,25 @@ def test_default_eval_lengths_are_multiples_of_the_train_length(text_file: Path)
         24,
         48,
     ]  # copy sizes: (16 - 3) // 2 = 6
+
+
+def test_a_corpus_outside_the_data_dirs_is_refused_before_and_when_the_job_runs(
+    text_file: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text(text_file.read_text())
+    for name in ["/etc/passwd", str(outside), "../outside.txt", str(tmp_path / "data" / "absent.txt")]:
+        with pytest.raises(InvalidInput) as at_submission:
+            validate_spec("train", tiny_spec(Path(name), ["rope"]))
+        assert (at_submission.value.loc, at_submission.value.msg) == (("body", "spec", "data", "corpus"), CORPUS_RULE)
+        with pytest.raises(InvalidInput) as on_the_worker:
+            run("train", tiny_spec(Path(name), ["rope"]), tmp_path / "job")
+        assert on_the_worker.value.msg == CORPUS_RULE
+    assert not (tmp_path / "job").exists()  # refused before anything was written
+    validate_spec("train", tiny_spec(Path("corpus.txt"), ["rope"]))  # a name relative to the data dir
+    validate_spec("train", tiny_spec(outside, ["rope"]), data_dirs=[tmp_path])  # the gateway passes its own dirs
+    with pytest.raises(InvalidInput, match="under the data directories"):
+        validate_spec("train", tiny_spec(text_file, ["rope"]), data_dirs=[tmp_path / "elsewhere"])
 
 
 # ----------------------------------------------------------------------------------------------- kinds
