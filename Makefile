@@ -41,6 +41,7 @@ fmt: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/compute_bench.py
 	$(BIN)/python bench/train_throughput.py
+	$(BIN)/python bench/json_body_memory.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn, TensorOut
+from posenc.schemas.tensors import ITEMSIZE, CompactArray, RandomTensor, TensorData, TensorIn, TensorOut
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -22,7 +22,14 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+# torch dtype of each array typecode a TensorData's ``data`` can be held in (ARRAY_TYPECODES)
+_ARRAY_DTYPES: dict[str, torch.dtype] = {
+    "f": torch.float32,
+    "d": torch.float64,
+    "q": torch.int64,
+    "i": torch.int32,
+    "B": torch.bool,
+}
 
 Loc = tuple[str | int, ...]
 
@@ -62,31 +69,36 @@ def random_tensor(tensor: RandomTensor) -> torch.Tensor:
 def _decode_data(tensor: TensorData, loc: Loc, *, allow_non_finite: bool) -> torch.Tensor:
     dtype = TORCH_DTYPES[tensor.dtype]
     if tensor.base64 is not None:
-        try:
-            raw = base64.b64decode(tensor.base64, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise InvalidInput((*loc, "base64"), f"not valid base64: {exc}") from None
-        expected = math.prod(tensor.shape) * ITEMSIZE[tensor.dtype]
-        if len(raw) != expected:
-            raise InvalidInput(
-                (*loc, "base64"),
-                f"{len(raw)} bytes, but shape {tensor.shape} of {tensor.dtype} needs {expected}",
-            )
-        values = (
-            torch.frombuffer(bytearray(raw), dtype=dtype).reshape(tensor.shape)
-            if raw
-            else torch.empty(tensor.shape, dtype=dtype)
-        )
-        values = values.clone()
+        values = _from_base64(tensor.base64, tensor.dtype, tensor.shape, (*loc, "base64"))
     else:
         assert tensor.data is not None  # the schema guarantees one payload
-        flat = [_NON_FINITE[v] if isinstance(v, str) else v for v in tensor.data]
-        values = torch.tensor(flat, dtype=torch.float64 if dtype.is_floating_point else dtype)
-        values = values.to(dtype).reshape(tensor.shape)
+        values = _from_array(tensor.data, dtype).reshape(tensor.shape)
     if values.is_floating_point() and not allow_non_finite and not bool(torch.isfinite(values).all()):
         bad = int((~torch.isfinite(values)).sum())
         raise InvalidInput((*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here")
     return values
+
+
+def _from_base64(encoded: str, dtype: str, shape: list[int], loc: Loc) -> torch.Tensor:
+    """Decode into a fresh bytearray the tensor then owns (writable, so torch does not warn, and no copy)."""
+    try:
+        raw = bytearray(base64.b64decode(encoded, validate=True))
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(loc, f"not valid base64: {exc}") from None
+    expected = math.prod(shape) * ITEMSIZE[dtype]
+    if len(raw) != expected:
+        raise InvalidInput(loc, f"{len(raw)} bytes, but shape {shape} of {dtype} needs {expected}")
+    if not raw:
+        return torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+    return torch.frombuffer(raw, dtype=TORCH_DTYPES[dtype]).reshape(shape)
+
+
+def _from_array(values: CompactArray, dtype: torch.dtype) -> torch.Tensor:
+    """A flat tensor over the array's memory (no copy) when the array holds ``dtype`` itself; the half types,
+    held as float64, are rounded to ``dtype`` once here. The tensor shares memory with the request model."""
+    held = _ARRAY_DTYPES[values.typecode]
+    flat = torch.frombuffer(values, dtype=held) if len(values) else torch.empty(0, dtype=held)
+    return flat.to(dtype)
 
 
 def positions_tensor(value: TensorIn | Sequence[int], loc: Loc) -> torch.Tensor:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+import pydantic_core
 import safetensors.torch
 import torch
 from pydantic import BaseModel, ValidationError
@@ -41,6 +42,7 @@ NPY = "application/x-npy"
 TENSOR_MEDIA_TYPES = (JSON, OCTET_STREAM, SAFETENSORS, NPY)
 SINGLE_TENSOR_TYPES = (OCTET_STREAM, NPY)
 _ALIASES = {"application/x-safetensors": SAFETENSORS, "*/*": JSON, "application/*": JSON}
+SAFETENSORS_TYPES = (SAFETENSORS, "application/x-safetensors")  # request bodies read as safetensors files
 
 # safetensors header dtype codes <-> our dtype names (the ones a request may carry)
 _SAFETENSORS_DTYPES = {
@@ -81,6 +83,11 @@ def negotiate(accept: str | None) -> str:
         406,
         f"cannot produce {accept!r}; this route answers with one of {', '.join(TENSOR_MEDIA_TYPES)}",
     )
+
+
+def content_type(headers: Mapping[str, str]) -> str:
+    """A request's media type, lower case, without parameters ('' when absent)."""
+    return headers.get("content-type", "").split(";")[0].strip().lower()
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -183,19 +190,35 @@ class ParsedRequest(Generic[M]):
 
 
 def parse_json_request(body: bytes, model: type[M]) -> ParsedRequest[M]:
+    """Parse the body into plain Python values, then validate them; 400 for JSON that does not parse.
+
+    Not ``model_validate_json``: it holds the whole document in pydantic-core's own form while it validates,
+    beside the Python list each tensor's ``data`` validator is handed (about 6.5x the body at its peak). Parsed
+    first (pydantic-core's parser: straight from bytes, no str copy, nesting depth capped), only the Python
+    values exist, and each ``data`` list is replaced by a compact array as it validates (TensorData). NaN,
+    Infinity and 1e400 parse as floats so that the models refuse them as invalid fields (422 naming the field).
+    """
     try:
-        return ParsedRequest(model.model_validate_json(body))
+        document = pydantic_core.from_json(body)
+    except ValueError as exc:
+        error = {"type": "json_invalid", "loc": (), "msg": f"Invalid JSON: {exc}", "input": None}
+        raise validation_error([error], ("body",)) from None
+    try:
+        return ParsedRequest(model.model_validate(document))
     except ValidationError as exc:
         raise validation_error(exc.errors(include_url=False, include_input=False), ("body",)) from None
 
 
-def parse_safetensors_request(body: bytes, model: type[M], tensor_names: frozenset[str]) -> ParsedRequest[M]:
+def parse_safetensors_request(
+    body: bytes, model: type[M], tensor_names: frozenset[str], max_header_bytes: int
+) -> ParsedRequest[M]:
     """Read the header only; tensors become placeholders with their declared dtype and shape.
 
     The placeholders let the request model validate and the size budgets run on the declared shapes
-    before a single tensor byte is decoded.
+    before a single tensor byte is decoded. The header is JSON, so it is held to the JSON body cap
+    (``max_header_bytes``): tensors belong in the file, not inline in ``__metadata__["request"]``.
     """
-    header = _safetensors_header(body)
+    header = _safetensors_header(body, max_header_bytes)
     metadata = header.pop("__metadata__", None) or {}
     raw_request = metadata.get("request", "{}") if isinstance(metadata, dict) else "{}"
     try:
@@ -232,10 +255,18 @@ def parse_safetensors_request(body: bytes, model: type[M], tensor_names: frozens
     return ParsedRequest(request, BinaryTensors(body, declared))
 
 
-def _safetensors_header(body: bytes) -> dict[str, Any]:
+def _safetensors_header(body: bytes, max_header_bytes: int) -> dict[str, Any]:
     if len(body) < 8:
         raise InvalidInput(("body",), "a safetensors body starts with an 8-byte header length")
     length = int.from_bytes(body[:8], "little")
+    if max_header_bytes < length <= len(body) - 8:
+        raise ProblemError(
+            413,
+            f"the safetensors header is {length} bytes of JSON, over the limit of {max_header_bytes} bytes for "
+            "JSON (max_json_body_bytes); put the tensors in the file, not inline in __metadata__['request']",
+            size=length,
+            limit=max_header_bytes,
+        )
     if length > _MAX_SAFETENSORS_HEADER or 8 + length > len(body):
         raise InvalidInput(("body",), f"safetensors header length {length} does not fit the {len(body)}-byte body")
     try:

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, rope_inv_freq
-from posenc.pe.registry import MethodParams, register
+from posenc.pe.registry import MethodParams, Seed, register
 from posenc.pe.types import AbsoluteContext
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
@@ -185,7 +185,7 @@ class LearnedAbsoluteParams(MethodParams):
         default=None,
         description="the learned table (max_positions, dim); omit to initialise it from the seed",
     )
-    seed: int = Field(default=0, ge=0, description="seed of the initialisation when no table is supplied")
+    seed: Seed = Field(default=0, description="seed of the initialisation when no table is supplied")
     init: Literal["gpt2", "bert"] = Field(
         default="gpt2",
         description="gpt2: N(0, 0.01) (wpe in openai/gpt-2); bert: normal std 0.02 truncated at ±2 std",
@@ -264,7 +264,7 @@ class AxialParams(MethodParams):
         default=None,
         description="the learned tables, table i of shape (n_i, d_i); omit to draw them from seed",
     )
-    seed: int = Field(default=0, ge=0, description="seed of the initialisation when no tables are supplied")
+    seed: Seed = Field(default=0, description="seed of the initialisation when no tables are supplied")
     init_std: float = Field(default=1.0, gt=0, description="std of the normal init (HF axial_norm_std 1.0)")
 
     @model_validator(mode="after")

@@ -16,10 +16,10 @@ from pydantic import Field, model_validator
 
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, relative_positions
-from posenc.pe.registry import MethodParams, register
+from posenc.pe.registry import MethodParams, Seed, register
 from posenc.pe.types import BiasContext
 from posenc.schemas.methods import Kind
-from posenc.schemas.tensors import TensorIn
+from posenc.schemas.tensors import INT64_MAX, TensorIn
 from posenc.tensors import to_torch
 
 FIRE_PAPER = (
@@ -80,14 +80,14 @@ def initial_mlp(width: int, num_heads: int, seed: int) -> dict[str, torch.Tensor
 class FireParams(MethodParams):
     mlp_width: int = Field(default=32, ge=1, le=4096, description="hidden width of the MLP R -> R^H")
     c: float = Field(default=0.1, gt=0, description="log compression ψ(x) = log(c·x + 1); learnable, init 0.1")
-    L_init: int = Field(default=512, ge=0, description="the training length L (non-trainable)")
+    L_init: int = Field(default=512, ge=0, le=INT64_MAX, description="the training length L (non-trainable)")
     L_mult: float = Field(default=1.0, description="learnable multiplier of L_init; thr = |L_mult·L_init|")
     eps: float = Field(default=1e-6, gt=0, description="keeps the normaliser positive when c·max(i, thr) = 0")
     mlp_w1: TensorIn | None = Field(default=None, description="Linear(1, width).weight, (mlp_width, 1)")
     mlp_b1: TensorIn | None = Field(default=None, description="Linear(1, width).bias, (mlp_width,)")
     mlp_w2: TensorIn | None = Field(default=None, description="Linear(width, H).weight, (num_heads, mlp_width)")
     mlp_b2: TensorIn | None = Field(default=None, description="Linear(width, H).bias, (num_heads,)")
-    seed: int = Field(default=0, ge=0, description="seed of the MLP initialisation when no weights are supplied")
+    seed: Seed = Field(default=0, description="seed of the MLP initialisation when no weights are supplied")
 
     @model_validator(mode="after")
     def _all_or_no_weights(self) -> FireParams:

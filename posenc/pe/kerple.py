@@ -16,7 +16,7 @@ from pydantic import Field
 
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, relative_positions
-from posenc.pe.registry import MethodParams, register
+from posenc.pe.registry import MethodParams, Seed, register
 from posenc.pe.types import BiasContext
 from posenc.schemas.compute import MAX_HEADS
 from posenc.schemas.methods import Kind
@@ -63,7 +63,7 @@ class KerpleLogParams(MethodParams):
     r2: list[PositiveFloat] | None = Field(
         default=None, max_length=MAX_HEADS, description="rate r2_h > 0, one per head; omit to draw from seed"
     )
-    seed: int = Field(default=0, ge=0, description="seed of the reference init for the omitted parameters")
+    seed: Seed = Field(default=0, description="seed of the reference init for the omitted parameters")
 
 
 class KerplePowerParams(MethodParams):
@@ -75,7 +75,7 @@ class KerplePowerParams(MethodParams):
         max_length=MAX_HEADS,
         description="power 0 < r2_h <= 2, one per head; omit to draw from seed",
     )
-    seed: int = Field(default=0, ge=0, description="seed of the reference init for the omitted parameters")
+    seed: Seed = Field(default=0, description="seed of the reference init for the omitted parameters")
 
 
 def _per_head(

@@ -9,17 +9,23 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from posenc.schemas.methods import Kind, MethodInfo
+from posenc.schemas.tensors import INT64_MAX
 
 
 class MethodParams(BaseModel):
     """Base of every params model: unknown keys are rejected, values validated once at the edge."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: an infinite or NaN parameter (JSON NaN, Infinity, 1e400) is a 422, not a NaN result
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# A seed torch's generators take (they refuse past 2^64 - 1 with an error of their own, a 500 otherwise).
+Seed = Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
 class UnknownMethodError(KeyError):

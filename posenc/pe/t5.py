@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from posenc.errors import InvalidInput
 from posenc.pe.ops import relative_positions
-from posenc.pe.registry import MethodParams, register
+from posenc.pe.registry import MethodParams, Seed, register
 from posenc.pe.types import BiasContext
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
@@ -71,7 +71,7 @@ class T5Params(MethodParams):
     table: TensorIn | None = Field(
         default=None, description="the learned E, shape (num_buckets, num_heads); omit to draw it from seed"
     )
-    seed: int = Field(default=0, ge=0, description="seed of the initialisation when no table is supplied")
+    seed: Seed = Field(default=0, description="seed of the initialisation when no table is supplied")
     init_std: float = Field(
         default=1.0,
         gt=0,

@@ -5,15 +5,32 @@ An input tensor is either given (``{"dtype", "shape", "data"}`` with a flat row-
 (``{"random": {"shape", "seed", "distribution"}}``) so that a request can be tiny and reproducible.
 
 Non-finite values are spelled explicitly as the strings ``"nan"``, ``"inf"`` and ``"-inf"``: plain JSON
-has no way to write them, and a silent ``null`` would be a wrong answer.
+has no way to write them, and a silent ``null`` would be a wrong answer. A number that is not finite once
+parsed (``NaN``, ``Infinity``, or ``1e400`` which overflows to infinity; Python's and pydantic's parsers
+accept all three) is refused, so the only way to send a non-finite value is to name it.
+
+A ``data`` list is held as a stdlib ``array.array`` from the moment it validates: one machine value per
+element (4 bytes for float32) instead of one Python object each (about 32 bytes), so a parsed request stays a
+small multiple of its body's size; it serializes back to the JSON list.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from array import array
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FloatDType = Literal["float32", "float64", "bfloat16", "float16"]
 TensorDType = Literal["float32", "float64", "bfloat16", "float16", "int64", "int32", "bool"]
@@ -29,6 +46,32 @@ ITEMSIZE: dict[str, int] = {
 }
 NonFinite = Literal["nan", "inf", "-inf"]
 Scalar = float | int | bool | NonFinite
+NON_FINITE_VALUES: dict[str, float] = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Integers that reach torch (positions, seeds, offsets): beyond int64 torch raises instead of refusing.
+# For a narrower range write ``int = Field(ge=0, le=INT64_MAX)``: a ``Field(ge=0)`` on an ``Int64`` field is
+# silently overridden by Int64's own ge (pydantic applies the Annotated bounds after the assigned Field's).
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+# How each dtype's ``data`` is held: in the dtype itself where the stdlib array has it, so that torch can use
+# the memory as it is; the half types as float64, which torch rounds once (as it did from the parsed list).
+# Typecode "i" is the C int, 4 bytes on every platform CPython and torch run on.
+ARRAY_TYPECODES: dict[str, str] = {
+    "float32": "f",
+    "float64": "d",
+    "bfloat16": "d",
+    "float16": "d",
+    "int64": "q",
+    "int32": "i",
+    "bool": "B",
+}
+
+if TYPE_CHECKING:
+    CompactArray = array[Any]
+else:  # array.array is subscriptable at runtime only from Python 3.12
+    CompactArray = array
 
 MAX_RANK = 8
 Dim = Annotated[int, Field(ge=0, le=2**31 - 1)]
@@ -40,8 +83,130 @@ def num_elements(shape: list[int] | tuple[int, ...]) -> int:
     return math.prod(shape)
 
 
+# ------------------------------------------------------------------------------------------- data values
+def _float_value(value: object) -> float:
+    """One element of a floating-point tensor: a finite number, or a non-finite value spelled as a string."""
+    if isinstance(value, str):
+        if value in NON_FINITE_VALUES:
+            return NON_FINITE_VALUES[value]
+        raise ValueError("a string must be one of 'nan', 'inf', '-inf'")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(
+                "a number that is not finite (NaN, Infinity, or out of float64 range like 1e400); "
+                "write non-finite values as the strings 'nan', 'inf', '-inf'"
+            )
+        return value
+    if isinstance(value, int):  # bool included: true is 1
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError("an integer out of float64 range") from None
+    raise ValueError("expected a number, or one of the strings 'nan', 'inf', '-inf'")
+
+
+def _int_value(low: int, high: int, dtype: str) -> Callable[[object], int]:
+    def convert(value: object) -> int:
+        """One element of an integer tensor: a JSON integer (or boolean) within the dtype's range."""
+        if not isinstance(value, int):
+            raise ValueError(f"expected an integer for a {dtype} tensor")
+        if not low <= value <= high:
+            raise ValueError(f"an integer outside the {dtype} range [{low}, {high}]")
+        return int(value)
+
+    return convert
+
+
+def _bool_value(value: object) -> int:
+    """One element of a bool tensor: true or false (or the integers 1 and 0)."""
+    if isinstance(value, int) and value in (0, 1):  # bool is an int subclass; 1.0 is not an int
+        return int(value)
+    raise ValueError("expected true or false")
+
+
+_ELEMENT: dict[str, Callable[[object], float | int]] = {
+    "float32": _float_value,
+    "float64": _float_value,
+    "bfloat16": _float_value,
+    "float16": _float_value,
+    "int64": _int_value(INT64_MIN, INT64_MAX, "int64"),
+    "int32": _int_value(INT32_MIN, INT32_MAX, "int32"),
+    "bool": _bool_value,
+}
+
+
+def _compact_values(values: Sequence[Any], dtype: str) -> CompactArray:
+    """The values of a ``data`` list as an array of ``ARRAY_TYPECODES[dtype]``; ValueError names the first bad one.
+
+    The array constructor converts a list in one C loop, with no object per value; it is tried first, and the
+    checks it does not make (finite numbers, bools 0 or 1) run over the result or the list without a Python
+    call per value. Lists it refuses (the "nan" strings, or a wrong element) go element by element.
+    """
+    typecode = ARRAY_TYPECODES[dtype]
+    try:
+        packed = array(typecode, values)
+    except (TypeError, OverflowError):
+        return _element_by_element(values, dtype)
+    if typecode in "fd" and not all(map(math.isfinite, values)):
+        return _element_by_element(values, dtype)  # a NaN or infinity that was a number, not a string
+    if typecode == "B" and len(packed) and max(packed) > 1:
+        return _element_by_element(values, dtype)
+    return packed
+
+
+def _element_by_element(values: Sequence[Any], dtype: str) -> CompactArray:
+    convert = _ELEMENT[dtype]
+    try:
+        return array(ARRAY_TYPECODES[dtype], map(convert, values))
+    except ValueError:
+        pass
+    for index, value in enumerate(values):  # only to say which value it was
+        try:
+            convert(value)
+        except ValueError as exc:
+            raise ValueError(f"value {index}: {exc}") from None
+    raise AssertionError("a value failed to convert, then converted")  # pragma: no cover
+
+
+def _wire_values(values: CompactArray) -> list[float | int | bool | str]:
+    """The JSON list of a ``data`` array: floats with non-finite values spelled out, bools as true/false."""
+    if values.typecode in "fd":
+        return [v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")) for v in values]
+    if values.typecode == "B":
+        return [bool(v) for v in values]
+    listed: list[float | int | bool | str] = values.tolist()
+    return listed
+
+
+def _validate_data(value: Any, info: ValidationInfo) -> CompactArray:
+    """``data`` against the dtype and shape validated before it: the count first, then the compact array."""
+    if not isinstance(value, list | tuple):
+        raise PydanticCustomError("list_type", "Input should be a valid list")
+    dtype, shape = info.data.get("dtype"), info.data.get("shape")
+    if dtype is None or shape is None:
+        return array("d")  # the dtype or shape is invalid and already reported; there is nothing to check against
+    expected = num_elements(shape)
+    if len(value) != expected:
+        raise PydanticCustomError(
+            "tensor_size",
+            "has {count} values but shape {shape} needs {expected}",
+            {"count": len(value), "shape": str(shape), "expected": expected},
+        )
+    try:
+        return _compact_values(value, dtype)
+    except ValueError as exc:
+        raise PydanticCustomError("tensor_value", "{reason}", {"reason": str(exc)}) from None
+
+
+TensorValues = Annotated[
+    CompactArray,
+    PlainValidator(_validate_data, json_schema_input_type=list[Scalar]),
+    PlainSerializer(_wire_values, return_type=list[Scalar]),
+]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TensorData(_Strict):
@@ -49,17 +214,13 @@ class TensorData(_Strict):
 
     dtype: TensorDType = "float32"
     shape: Shape
-    data: list[Scalar] | None = None
+    data: TensorValues | None = None
     base64: str | None = None
 
     @model_validator(mode="after")
     def _one_payload(self) -> TensorData:
         if (self.data is None) == (self.base64 is None):
             raise ValueError("give exactly one of 'data' (a flat list) or 'base64' (little-endian bytes)")
-        if self.data is not None and len(self.data) != num_elements(self.shape):
-            raise ValueError(
-                f"'data' has {len(self.data)} values but shape {self.shape} needs {num_elements(self.shape)}"
-            )
         return self
 
     @property
@@ -71,7 +232,7 @@ class RandomSpec(_Strict):
     """Server-side generated tensor: same shape, seed and distribution give the same values."""
 
     shape: Shape
-    seed: int = 0
+    seed: Int64 = 0
     distribution: Literal["normal", "uniform"] = "normal"
     dtype: FloatDType = "float32"
 

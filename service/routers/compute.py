@@ -23,15 +23,18 @@ from posenc.compute import (
     prepare_rotary,
 )
 from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from posenc.settings import Settings
 from service.deps import MediaTypeDep, SettingsDep, SlotsDep, TensorNameDep
 from service.errors import ProblemError
 from service.limits import check_input_budget, check_json_budget, check_output_budget
 from service.transport import (
     JSON,
     SAFETENSORS,
+    SAFETENSORS_TYPES,
     ParsedRequest,
     binary_request_body,
     check_deliverable,
+    content_type,
     parse_json_request,
     parse_safetensors_request,
     render,
@@ -39,7 +42,6 @@ from service.transport import (
 )
 
 router = APIRouter(prefix="/v1", tags=["compute"])
-_BINARY_BODY_TYPES = (SAFETENSORS, "application/x-safetensors")
 RequestT = TypeVar("RequestT", RotaryRequest, AttentionRequest)
 
 
@@ -61,9 +63,10 @@ def _json_or_safetensors(
     """A body dependency: JSON (``model``), or a safetensors file whose tensors stand in for ``tensor_fields``."""
 
     async def parse(request: Request) -> ParsedRequest[RequestT]:
-        body = await request.body()
-        if _content_type(request) in _BINARY_BODY_TYPES:
-            return parse_safetensors_request(body, model, tensor_fields)
+        body = await request.body()  # under its cap: BodySizeLimit counted it (the JSON cap unless safetensors)
+        if content_type(request.headers) in SAFETENSORS_TYPES:
+            settings: Settings = request.app.state.settings
+            return parse_safetensors_request(body, model, tensor_fields, settings.max_json_body_bytes)
         _require_json(request)
         return parse_json_request(body, model)
 
@@ -74,14 +77,10 @@ rotary_body = _json_or_safetensors(RotaryRequest, ROTARY_TENSOR_FIELDS)
 attention_body = _json_or_safetensors(AttentionRequest, ATTENTION_TENSOR_FIELDS)
 
 
-def _content_type(request: Request) -> str:
-    return request.headers.get("content-type", "").split(";")[0].strip().lower()
-
-
 def _require_json(request: Request) -> None:
-    content_type = _content_type(request)
-    if content_type and content_type != JSON and not content_type.endswith("+json"):
-        raise ProblemError(415, f"send {JSON} or {SAFETENSORS}, not {content_type!r}")
+    media_type = content_type(request.headers)
+    if media_type and media_type != JSON and not media_type.endswith("+json"):
+        raise ProblemError(415, f"send {JSON} or {SAFETENSORS}, not {media_type!r}")
 
 
 @router.post(

@@ -151,9 +151,9 @@ def test_a_decode_step_attends_to_every_cached_key(
     torch.testing.assert_close(tensors["weights"][:, :, 0], full[:, :, 7], rtol=1e-5, atol=1e-6)
     assert tensors["mass_by_distance"].shape == (2, 8)
 
-    top_left = wire.safetensors(
-        client.post("/v1/attention", json={**decode, "query_offset": 0}, headers=SAFETENSORS)
-    )[0]["weights"]
+    top_left = wire.safetensors(client.post("/v1/attention", json={**decode, "query_offset": 0}, headers=SAFETENSORS))[
+        0
+    ]["weights"]
     assert int((top_left > 0).sum(-1).max()) == 1, "at position 0 the query attends to key 0 only"
 
 

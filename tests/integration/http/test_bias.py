@@ -26,9 +26,7 @@ TOEPLITZ_METHODS = [spec for spec in BIAS_METHODS if spec.toeplitz]
 def expected_dense(
     spec: MethodSpec, heads: int, q_len: int, k_len: int, causal: bool, query_offset: int
 ) -> torch.Tensor:
-    ctx = BiasContext(
-        num_heads=heads, query_length=q_len, key_length=k_len, causal=causal, query_offset=query_offset
-    )
+    ctx = BiasContext(num_heads=heads, query_length=q_len, key_length=k_len, causal=causal, query_offset=query_offset)
     return bias_dense(spec, spec.parse_params({}), ctx)
 
 
@@ -67,9 +65,7 @@ def test_a_decode_step_sees_every_cached_key_by_default(client: TestClient, wire
     square = wire.json_tensor(client.post("/v1/bias", json=full).json()["tensors"]["bias"])
     torch.testing.assert_close(row[:, 0], square[:, 8], rtol=0, atol=0)
 
-    top_left = wire.json_tensor(
-        client.post("/v1/bias", json={**decode, "query_offset": 0}).json()["tensors"]["bias"]
-    )
+    top_left = wire.json_tensor(client.post("/v1/bias", json={**decode, "query_offset": 0}).json()["tensors"]["bias"])
     assert int(torch.isfinite(top_left).sum(-1).max()) == 1, "at position 0 the query sees only key 0"
 
 
