@@ -9,10 +9,14 @@ Also the length arithmetic both sides share: task sizes, default evaluation leng
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 
+import torch
 from pydantic import ValidationError
 
 from posenc.compute import check_job_budget, prepare_job
+from posenc.corpora import check_corpus, data_directories
 from posenc.errors import InvalidInput
 from posenc.pe import (
     AbsoluteContext,
@@ -41,16 +45,19 @@ def max_task_size(task: SyntheticTask, train_length: int) -> int:
     return (train_length - 5) // 3 if task == "addition" else (train_length - 3) // 2
 
 
-def validate_job(create: JobCreate, *, max_compute_bytes: int | None = None) -> None:
-    """The gateway's check of ``POST /v1/jobs``: :func:`validate_spec` for train, extrapolate and benchmark;
-    for compute, the request's prepare step (as its route would run it; errors name ``body.spec.request``) and,
-    with ``max_compute_bytes``, the job's memory budget (``BudgetExceeded``, a 413)."""
+def validate_job(
+    create: JobCreate, *, max_compute_bytes: int | None = None, data_dirs: Sequence[Path] | None = None
+) -> None:
+    """The gateway's check of ``POST /v1/jobs``: :func:`validate_spec` for train, extrapolate and benchmark
+    (``data_dirs``: the gateway's data directories); for compute, the request's prepare step (as its route would
+    run it; errors name ``body.spec.request``) and, with ``max_compute_bytes``, the job's memory budget
+    (``BudgetExceeded``, a 413)."""
     if isinstance(create.spec, ComputeJobSpec):
         prepared = prepare_job(create.spec)
         if max_compute_bytes is not None:
             check_job_budget(prepared, max_compute_bytes)
         return
-    validate_spec(create.kind, create.spec)
+    validate_spec(create.kind, create.spec, data_dirs=data_dirs)
 
 
 # ------------------------------------------------------------------------------------------------ lengths
@@ -81,9 +88,14 @@ def model_sequence_lengths(spec: JobSpec) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- validation
-def validate_spec(kind: JobKind, spec: JobSpec) -> None:
+def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | None = None) -> None:
     """Raise for what the schema cannot check. Unknown methods raise ``UnknownMethodError``, bad params
-    ``pydantic.ValidationError``, everything else ``InvalidInput`` naming the field."""
+    ``pydantic.ValidationError``, everything else ``InvalidInput`` naming the field.
+
+    A corpus must be a registered name or a file under ``data_dirs`` (default: this process's data
+    directories, ``posenc.corpora.data_directories``)."""
+    if spec.data.corpus is not None:
+        check_corpus(spec.data.corpus, data_dirs if data_dirs is not None else data_directories())
     if kind != "benchmark" and len(spec.methods) != 1:
         raise InvalidInput((*SPEC, "methods"), f"a {kind} job takes exactly one method; use 'benchmark' for several")
     if spec.checkpoint is not None:
@@ -131,8 +143,9 @@ def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, 
     dim, heads = spec.model.dim, spec.model.heads
     try:
         if method.kind is Kind.ABSOLUTE:
-            # cheap (T, D): also proves a learned table covers the longest evaluation sequence
-            encoding(method, params, AbsoluteContext(grid=(longest,), dim=dim))
+            # On the meta device: the method's own checks run (a learned table must cover the longest evaluation
+            # sequence) without allocating the (T, D) table, which at T = 3·2^20, D = 8192 would be 100 GB.
+            encoding(method, params, AbsoluteContext(grid=(longest,), dim=dim, device=torch.device("meta")))
         elif method.kind is Kind.BIAS:
             probe = min(spec.train.length, 16)
             bias_dense(
@@ -150,3 +163,39 @@ def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, 
         if exc.loc[:2] == SPEC:
             raise
         raise InvalidInput((*loc, "params"), f"{method.name!r} cannot run this job: {exc.msg}") from None
+
+
+# --------------------------------------------------------------------------------------------------- cost
+def job_cost(create: JobCreate) -> int:
+    """The work a job asks for, in tokens the model processes, capped by the gateway (``max_job_cost``, 413).
+
+    Per (method, seed) run: train steps x batch_size x train length, plus the tokens its evaluation reads
+    (:func:`eval_tokens`; a train job evaluates at its training length only). An extrapolate job from a
+    checkpoint trains nothing and evaluates one model. Attention's quadratic term is left out: this is a proxy
+    that grows with every knob a caller turns, not a time estimate. A compute job counts 1: its size is capped
+    by ``max_job_output_bytes`` instead."""
+    if not isinstance(create.spec, JobSpec):
+        return 1
+    spec = create.spec
+    if create.kind == "extrapolate" and spec.checkpoint is not None:
+        return sum(eval_tokens(spec, length) for length in eval_lengths(spec))
+    runs = len(spec.methods) * len(spec.seeds)
+    train = spec.train.steps * spec.train.batch_size * spec.train.length
+    lengths = [in_distribution_length(spec)] if create.kind == "train" else eval_lengths(spec)
+    return runs * (train + sum(eval_tokens(spec, length) for length in lengths))
+
+
+def eval_tokens(spec: JobSpec, length: int) -> int:
+    """Tokens read to score one evaluation length, at most (the corpus may hold fewer than ``max_tokens``).
+
+    Text: non-overlapping windows of ``length`` cover ``max_tokens``; sliding windows advance by the stride
+    (default ``length // 2``, as ``posenc.training.evaluate.default_stride``) and each reads ``length`` tokens;
+    either way at least one window. Tasks (``length`` is a size): ``samples`` instances, each its longest
+    sequence."""
+    if spec.data.task is not None:
+        return spec.eval.samples * task_sequence_length(spec.data.task, length)
+    if spec.eval.protocol == "nonoverlapping":
+        return max(length, spec.eval.max_tokens // length * length)
+    stride = min(length, spec.eval.stride if spec.eval.stride is not None else max(1, length // 2))
+    windows = 1 + max(0, spec.eval.max_tokens - length) // stride
+    return windows * length

@@ -12,13 +12,25 @@ Keys (all under ``posenc:``):
 - ``job:{id}:fence``      counter: every claim gets a larger token; writes carrying an older one are refused
 - ``job:{id}:cancel``     cancel flag, checked by the running attempt
 - ``job:{id}:events``     list of state transitions (what happened to the job, for operators and tests)
-- ``jobs:index``          zset id -> created_at (ms): listing
+- ``jobs:index``          zset id -> created_at (ms): listing every job (admin keys)
 - ``jobs:active``         set of ids that were claimed and not finished: what the recovery sweep looks at
-- ``idem:{sha256}``       Idempotency-Key -> {job_id, body_sha256}, SET NX
+- ``owner:{owner}:jobs``  zset id -> created_at (ms): one owner's jobs, so a key lists its own without a scan
+- ``owner:{owner}:active`` set of the owner's queued or running ids: the per-key concurrency count
+- ``idem:{owner}:{sha256}`` Idempotency-Key -> {job_id, body_sha256}, SET NX, one namespace per owner
+  (the anonymous owner keeps the older ``idem:{sha256}``)
 - ``workers``             zset hostname -> heartbeat deadline (s); ``workers:info`` hash hostname -> JSON
 
-Every transition that must happen once (claim, finish, cancel, requeue) is a Lua script, so it is atomic
-and the checks (status, lease, fence) and the write cannot interleave with another process.
+Every transition that must happen once (create, claim, finish, cancel, requeue) is a Lua script, so it is
+atomic and the checks (status, lease, fence, the owner's count) and the write cannot interleave with another
+process.
+
+Owners: a job belongs to the API key that created it, recorded as the field ``owner`` (a prefix of the key's
+SHA-256 digest, never the key; ``anonymous`` without keys; a record without the field is ``anonymous``). Every
+script that ends a job also takes it out of its owner's active set, reading the owner from the record; the
+create script prunes the set of ids whose record ended or expired, so the count cannot leak whatever way a job
+ended. Those scripts touch keys derived from the record (the owner's set, the pruned records) that are not
+declared in KEYS: fine on one Redis or Sentinel; Redis Cluster would need the keys hash-tagged, which the
+scripts above never needed either (``jobs:active`` and a job's keys live in different slots).
 """
 
 from __future__ import annotations
@@ -46,6 +58,8 @@ ACTIVE_KEY = PREFIX + "jobs:active"
 UNPUBLISHED_KEY = PREFIX + "jobs:unpublished"
 WORKERS_KEY = PREFIX + "workers"
 WORKERS_INFO_KEY = PREFIX + "workers:info"
+OWNER_PREFIX = PREFIX + "owner:"
+ANONYMOUS = "anonymous"  # the one owner when no API keys are configured
 CHECKPOINT_DIR_NAME = "checkpoints"
 
 Redis = redis.Redis
@@ -65,6 +79,14 @@ def _keys(job_id: str) -> dict[str, str]:
         "cancel": base + ":cancel",
         "events": base + ":events",
     }
+
+
+def owner_index_key(owner: str) -> str:
+    return f"{OWNER_PREFIX}{owner}:jobs"
+
+
+def owner_active_key(owner: str) -> str:
+    return f"{OWNER_PREFIX}{owner}:active"
 
 
 def now_iso() -> str:
@@ -96,10 +118,45 @@ def connect(url: str) -> redis.Redis:
 
 _TERMINAL_LUA = "local terminal = {succeeded=true, failed=true, cancelled=true, expired=true}\n"
 
+# The job (KEYS[1] is its record) no longer counts against its owner's concurrency limit.
+_RELEASE_SLOT_LUA = f"""
+local function release_slot(record, job_id)
+  local owner = redis.call('HGET', record, 'owner') or '{ANONYMOUS}'
+  redis.call('SREM', '{OWNER_PREFIX}' .. owner .. ':active', job_id)
+end
+"""
+
+# KEYS: record tomb events index unpublished owner_index owner_active
+# ARGV: job_id now now_ms ttl_s tomb_json max_active(0: no limit) horizon_ms tomb_ttl_s field value...
+# Returns {'created'} or {'limit', active}. Before counting, ids whose record ended or expired leave the set.
+_CREATE = (
+    _TERMINAL_LUA
+    + f"""
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[7])) do
+  local status = redis.call('HGET', '{PREFIX}job:' .. id, 'status')
+  if not status or terminal[status] then redis.call('SREM', KEYS[7], id) end
+end
+local active = redis.call('SCARD', KEYS[7])
+if tonumber(ARGV[6]) > 0 and active >= tonumber(ARGV[6]) then return {{'limit', tostring(active)}} end
+redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], ARGV[5], 'EX', ARGV[8])
+redis.call('RPUSH', KEYS[3], 'queued|' .. ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', ARGV[7])
+redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
+redis.call('SADD', KEYS[7], ARGV[1])
+return {{'created'}}
+"""
+)
+
 # KEYS: record lease fence active events cancel tomb
 # ARGV: now worker lease_ms max_attempts job_id ttl_s tomb_ttl_s
 _CLAIM = (
     _TERMINAL_LUA
+    + _RELEASE_SLOT_LUA
     + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
@@ -108,6 +165,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 if redis.call('EXISTS', KEYS[6]) == 1 then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[4], ARGV[5])
+  release_slot(KEYS[1], ARGV[5])
   redis.call('RPUSH', KEYS[5], 'cancelled before start|' .. ARGV[1])
   return {'terminal', 'cancelled'}
 end
@@ -116,6 +174,7 @@ if attempts >= tonumber(ARGV[4]) then
   local msg = 'gave up after ' .. attempts .. ' attempts: the worker running this job was lost every time'
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error', msg, 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[4], ARGV[5])
+  release_slot(KEYS[1], ARGV[5])
   redis.call('RPUSH', KEYS[5], 'failed (attempts exhausted)|' .. ARGV[1])
   redis.call('EXPIRE', KEYS[1], ARGV[6])
   redis.call('EXPIRE', KEYS[5], ARGV[6])
@@ -144,13 +203,16 @@ return 1
 """
 
 # KEYS: record lease active events tomb cancel ; ARGV: fence status now ttl_s tomb_ttl_s job_id field value...
-_FINISH = """
+_FINISH = (
+    _RELEASE_SLOT_LUA
+    + """
 if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'finished_at', ARGV[3], 'updated_at', ARGV[3])
 if #ARGV > 6 then redis.call('HSET', KEYS[1], unpack(ARGV, 7)) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 redis.call('SREM', KEYS[3], ARGV[6])
+release_slot(KEYS[1], ARGV[6])
 redis.call('DEL', KEYS[6])
 redis.call('RPUSH', KEYS[4], ARGV[2] .. ' fence ' .. ARGV[1] .. '|' .. ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
@@ -158,6 +220,7 @@ redis.call('EXPIRE', KEYS[4], ARGV[4])
 redis.call('EXPIRE', KEYS[5], ARGV[4] + ARGV[5])
 return 1
 """
+)
 
 # KEYS: lease ; ARGV: fence lease_ms
 _RENEW_LEASE = """
@@ -169,6 +232,7 @@ return 1
 # KEYS: record cancel active events ; ARGV: now ttl_s job_id
 _CANCEL = (
     _TERMINAL_LUA
+    + _RELEASE_SLOT_LUA
     + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
@@ -177,6 +241,7 @@ redis.call('SET', KEYS[2], '1', 'EX', ARGV[2])
 if status == 'queued' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[3], ARGV[3])
+  release_slot(KEYS[1], ARGV[3])
   redis.call('RPUSH', KEYS[4], 'cancelled while queued|' .. ARGV[1])
   return 'cancelled'
 end
@@ -188,14 +253,20 @@ return 'requested'
 # KEYS: record lease active events cancel unpublished ; ARGV: now job_id now_ms
 _REQUEUE_IF_ORPHANED = (
     _TERMINAL_LUA
+    + _RELEASE_SLOT_LUA
     + """
 local status = redis.call('HGET', KEYS[1], 'status')
-if not status or terminal[status] then redis.call('SREM', KEYS[3], ARGV[2]) return 'gone' end
+if not status or terminal[status] then
+  redis.call('SREM', KEYS[3], ARGV[2])
+  if status then release_slot(KEYS[1], ARGV[2]) end
+  return 'gone'
+end
 if status ~= 'running' then return 'skip' end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'alive' end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[3], ARGV[2])
+  release_slot(KEYS[1], ARGV[2])
   redis.call('RPUSH', KEYS[4], 'cancelled (worker lost after the cancel request)|' .. ARGV[1])
   return 'cancelled'
 end
@@ -205,6 +276,24 @@ redis.call('RPUSH', KEYS[4], 'requeued (lease expired)|' .. ARGV[1])
 return 'requeued'
 """
 )
+
+# KEYS: record unpublished events ; ARGV: now error job_id
+_FAIL_UNPUBLISHED = (
+    _RELEASE_SLOT_LUA
+    + """
+redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[2], 'finished_at', ARGV[1], 'updated_at', ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[3])
+release_slot(KEYS[1], ARGV[3])
+redis.call('RPUSH', KEYS[3], 'failed (not published)|' .. ARGV[1])
+"""
+)
+
+# KEYS: idem ; ARGV: job_id — forget a reservation only if it is still this request's
+_RELEASE_IDEMPOTENCY = """
+local raw = redis.call('GET', KEYS[1])
+if raw and cjson.decode(raw)['job_id'] == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+return 0
+"""
 
 
 # ---------------------------------------------------------------------------------------------- the store
@@ -216,6 +305,15 @@ class IdempotencyConflict(Exception):
 
 class IdempotencyInProgress(Exception):
     """The Idempotency-Key belongs to a request that has not finished creating its job yet."""
+
+
+class ActiveJobsLimit(Exception):
+    """The owner already has ``active`` jobs queued or running, at or over ``limit``: nothing was written."""
+
+    def __init__(self, active: int, limit: int) -> None:
+        super().__init__(f"{active} jobs queued or running, limit {limit}")
+        self.active = active
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -249,35 +347,68 @@ class JobStore:
         self._renew = client.register_script(_RENEW_LEASE)
         self._cancel = client.register_script(_CANCEL)
         self._requeue = client.register_script(_REQUEUE_IF_ORPHANED)
+        self._create = client.register_script(_CREATE)
+        self._fail_unpublished = client.register_script(_FAIL_UNPUBLISHED)
+        self._release_idempotency = client.register_script(_RELEASE_IDEMPOTENCY)
 
     # ---- gateway side
 
-    def create(self, job_id: str, kind: str, spec: Mapping[str, Any], queue: str) -> None:
-        """Write the ``queued`` record (and its tombstone and index entry) in one transaction."""
-        now = now_iso()
+    def create(
+        self,
+        job_id: str,
+        kind: str,
+        spec: Mapping[str, Any],
+        queue: str,
+        *,
+        owner: str = ANONYMOUS,
+        max_active: int | None = None,
+    ) -> None:
+        """Write the ``queued`` record, its tombstone and index entries, and count it against ``owner``, in one
+        script. With ``max_active``, raises :class:`ActiveJobsLimit` (writing nothing) when the owner already has
+        that many jobs queued or running: the check and the write cannot interleave with another gateway's."""
+        now, now_ms = now_iso(), int(time.time() * 1000)
         k = _keys(job_id)
-        tomb = json.dumps({"kind": kind, "queue": queue, "created_at": now})
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(
-            k["record"],
-            mapping={
-                "id": job_id,
-                "kind": kind,
-                "queue": queue,
-                "status": "queued",
-                "spec": json.dumps(dict(spec)),
-                "attempts": 0,
-                "created_at": now,
-                "updated_at": now,
-            },
+        tomb = json.dumps({"kind": kind, "queue": queue, "created_at": now, "owner": owner})
+        record: dict[str, str | int] = {
+            "id": job_id,
+            "kind": kind,
+            "queue": queue,
+            "status": "queued",
+            "spec": json.dumps(dict(spec)),
+            "attempts": 0,
+            "created_at": now,
+            "updated_at": now,
+            "owner": owner,
+        }
+        reply = self._create(
+            keys=[
+                k["record"],
+                k["tomb"],
+                k["events"],
+                INDEX_KEY,
+                UNPUBLISHED_KEY,
+                owner_index_key(owner),
+                owner_active_key(owner),
+            ],
+            args=[
+                job_id,
+                now,
+                now_ms,
+                self.ttl_s,
+                tomb,
+                max_active or 0,
+                self._listing_horizon_ms(),
+                self.ttl_s + self.tombstone_ttl_s,
+                *[part for field, value in record.items() for part in (field, value)],
+            ],
         )
-        pipe.expire(k["record"], self.ttl_s)
-        pipe.set(k["tomb"], tomb, ex=self.ttl_s + self.tombstone_ttl_s)
-        pipe.rpush(k["events"], f"queued|{now}")
-        pipe.expire(k["events"], self.ttl_s)
-        pipe.zadd(INDEX_KEY, {job_id: time.time() * 1000})
-        pipe.zadd(UNPUBLISHED_KEY, {job_id: time.time() * 1000})
-        pipe.execute()
+        if reply[0] == "limit":
+            assert max_active is not None
+            raise ActiveJobsLimit(int(reply[1]), max_active)
+
+    def active_count(self, owner: str) -> int:
+        """Jobs of ``owner`` queued or running, as last counted (ended ones leave the set as they end)."""
+        return int(self.r.scard(owner_active_key(owner)))
 
     def mark_published(self, job_id: str) -> None:
         """The task message is in the broker: from here on the broker (and the lease sweep) own delivery."""
@@ -297,19 +428,17 @@ class JobStore:
 
     def fail_unpublished(self, job_id: str, error: str) -> None:
         """The record was written but the message could not be published: say so instead of queued forever."""
-        now = now_iso()
         k = _keys(job_id)
-        self.r.hset(k["record"], mapping={"status": "failed", "error": error, "finished_at": now, "updated_at": now})
-        self.r.zrem(UNPUBLISHED_KEY, job_id)
-        self.r.rpush(k["events"], f"failed (not published)|{now}")
+        self._fail_unpublished(keys=[k["record"], UNPUBLISHED_KEY, k["events"]], args=[now_iso(), error, job_id])
 
-    def reserve_idempotency_key(self, key: str, job_id: str, fingerprint: str) -> str | None:
-        """Bind ``key`` to ``job_id`` unless it is bound already; returns the earlier job id on a replay.
+    def reserve_idempotency_key(self, key: str, job_id: str, fingerprint: str, *, owner: str = ANONYMOUS) -> str | None:
+        """Bind ``key`` to ``job_id`` in ``owner``'s namespace unless it is bound already; returns the earlier job
+        id on a replay. Another owner's use of the same key is a different key: never its job.
 
         Raises IdempotencyConflict when the key was used with a different body, IdempotencyInProgress when
         the earlier request has not written its record yet.
         """
-        redis_key = PREFIX + "idem:" + hashlib.sha256(key.encode()).hexdigest()
+        redis_key = _idempotency_key(key, owner)
         value = json.dumps({"job_id": job_id, "body": fingerprint})
         if self.r.set(redis_key, value, nx=True, ex=self.idempotency_ttl_s):
             return None
@@ -324,25 +453,37 @@ class JobStore:
             raise IdempotencyInProgress(earlier["job_id"])
         return str(earlier["job_id"])
 
-    def get(self, job_id: str) -> Job | None:
-        """The public record; an expired job (tombstone only) comes back with status ``expired``."""
+    def release_idempotency_key(self, key: str, job_id: str, *, owner: str = ANONYMOUS) -> None:
+        """Forget ``key`` if it is still bound to ``job_id``: its job was refused (a limit), so a retry of the
+        same request must be able to create it later instead of waiting for a record that will never exist."""
+        self._release_idempotency(keys=[_idempotency_key(key, owner)], args=[job_id])
+
+    def get(self, job_id: str, *, owner: str | None = None) -> Job | None:
+        """The public record; an expired job (tombstone only) comes back with status ``expired``.
+
+        With ``owner``, another owner's job is None, exactly as a job that does not exist; None sees every job
+        (workers, admin keys)."""
         k = _keys(job_id)
         raw = _str_dict(self.r.hgetall(k["record"]))
         if raw:
-            return record_to_job(raw)
+            return record_to_job(raw) if _visible(raw, owner) else None
         tomb = self.r.get(k["tomb"])
         if tomb is None:
             return None
-        return _expired_job(job_id, json.loads(tomb))
+        expired = json.loads(tomb)
+        return _expired_job(job_id, expired) if _visible(expired, owner) else None
 
-    def list_jobs(self, *, status: str | None = None, kind: str | None = None, limit: int = 50) -> list[Job]:
-        """Most recent first. Reads the index in pages until ``limit`` matching jobs are found."""
-        horizon_ms = (time.time() - self.ttl_s - self.tombstone_ttl_s) * 1000
-        self.r.zremrangebyscore(INDEX_KEY, "-inf", horizon_ms)
+    def list_jobs(
+        self, *, owner: str | None = None, status: str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        """Most recent first: ``owner``'s jobs from its own index, or (None) every job. Reads the index in pages
+        until ``limit`` matching jobs are found."""
+        index = INDEX_KEY if owner is None else owner_index_key(owner)
+        self.r.zremrangebyscore(index, "-inf", self._listing_horizon_ms())
         found: list[Job] = []
         page, start = max(limit, 50), 0
         while len(found) < limit:
-            ids = _strs(self.r.zrevrange(INDEX_KEY, start, start + page - 1))
+            ids = _strs(self.r.zrevrange(index, start, start + page - 1))
             if not ids:
                 break
             start += page
@@ -351,13 +492,20 @@ class JobStore:
                 pipe.hgetall(record_key(job_id))
             records = pipe.execute()
             for job_id, raw in zip(ids, records, strict=True):
-                job = record_to_job(_str_dict(raw)) if raw else (self.get(job_id) if status == "expired" else None)
+                if raw:
+                    job = record_to_job(_str_dict(raw)) if _visible(_str_dict(raw), owner) else None
+                else:
+                    job = self.get(job_id, owner=owner) if status == "expired" else None
                 if job is None or (status and job.status != status) or (kind and job.kind != kind):
                     continue
                 found.append(job)
                 if len(found) == limit:
                     break
         return found
+
+    def _listing_horizon_ms(self) -> int:
+        """Index entries older than this have neither record nor tombstone left: listing trims them."""
+        return int((time.time() - self.ttl_s - self.tombstone_ttl_s) * 1000)
 
     def cancel(self, job_id: str) -> Literal["missing", "terminal", "cancelled", "requested"]:
         k = _keys(job_id)
@@ -491,6 +639,17 @@ def _strs(values: Iterable[Any]) -> list[str]:
 
 def _str_dict(values: Mapping[Any, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in values.items()}
+
+
+def _visible(record: Mapping[str, Any], owner: str | None) -> bool:
+    """Whether a record (or tombstone) is shown to ``owner``; None sees all. Older records have no owner."""
+    return owner is None or record.get("owner", ANONYMOUS) == owner
+
+
+def _idempotency_key(key: str, owner: str) -> str:
+    """One namespace per owner; the anonymous owner keeps the key format used before owners existed."""
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{PREFIX}idem:{digest}" if owner == ANONYMOUS else f"{PREFIX}idem:{owner}:{digest}"
 
 
 def _json_or(raw: str | None, default: Any) -> Any:

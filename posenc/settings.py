@@ -6,11 +6,13 @@ import the other.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -34,7 +36,12 @@ class Settings(BaseSettings):
     )
     artifact_dir: Path | None = Field(default=None, description="default: state_dir/artifacts")
     data_dir: Path | None = Field(
-        default=None, description="where named corpora are looked up (e.g. tinyshakespeare.txt)"
+        default=None,
+        description="where job corpora live (tinyshakespeare.txt, text files a spec names); no corpus file "
+        "is read outside it and data_dirs",
+    )
+    data_dirs: list[Path] = Field(
+        default_factory=list, description="more directories job corpora may be read from (JSON list)"
     )
 
     # ---- gateway
@@ -47,9 +54,33 @@ class Settings(BaseSettings):
     max_json_elements: int = Field(default=1_000_000, description="largest output sent as application/json")
     max_input_elements: int = Field(default=16 * MiB, description="largest total of input tensor elements")
     max_body_bytes: int = Field(default=128 * MiB, description="largest request body (413 above)")
+    max_json_body_bytes: int = Field(
+        default=16 * MiB,
+        ge=1,
+        description="largest JSON request body (413 above): parsed JSON takes several times its size in memory, "
+        "so larger tensors go as application/vnd.safetensors",
+    )
     compute_concurrency: int = Field(default=2, ge=1, description="compute requests running at once")
     compute_wait_s: float = Field(default=2.0, ge=0, description="wait for a compute slot before a 503")
-    api_keys: list[str] = Field(default_factory=list, description="empty: no authentication (loopback only)")
+    api_keys: list[str] = Field(
+        default_factory=list,
+        description="keys in plain text or as sha256:<hex digest of the key> (kept only as digests); "
+        "empty: no authentication (loopback only)",
+    )
+    admin_api_keys: list[str] = Field(
+        default_factory=list,
+        description="keys (plain or sha256:<hex>) that also see, list and cancel every key's jobs",
+    )
+    auth_failures_per_minute: int = Field(
+        default=20,
+        ge=1,
+        description="failed authentications one client address may make in a minute before its requests "
+        "are answered 429 for the rest of that minute",
+    )
+    public_health: bool = Field(
+        default=False,
+        description="with API keys set, serve /metrics and /readyz details without a key",
+    )
     rate_limit_per_minute: int | None = Field(default=None, ge=1, description="per API key, kept in Redis")
     cors_origins: list[str] = Field(default_factory=list, description="browser origins allowed (JSON list)")
 
@@ -85,10 +116,27 @@ class Settings(BaseSettings):
     job_progress_interval_s: float = Field(default=0.5, ge=0, description="least time between progress writes")
     job_poll_after_s: int = Field(default=2, ge=1, description="Retry-After hint while a job is not terminal")
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=1, description="how long an Idempotency-Key is kept")
+    max_active_jobs_per_key: int = Field(
+        default=8,
+        ge=1,
+        description="with API keys set, jobs one key may have queued or running at once (429 above)",
+    )
+    max_job_cost: int = Field(
+        default=10**11,
+        ge=1,
+        description="largest cost of one training job: tokens processed, i.e. train steps x batch_size x "
+        "train length x methods x seeds plus the evaluation tokens (413 above; compute jobs count 1)",
+    )
     worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="worker liveness beat (readyz)")
     worker_soft_shutdown_timeout_s: float = Field(
         default=30.0, ge=0, description="on stop, running jobs get this long before they are requeued"
     )
+
+    @field_validator("api_keys", "admin_api_keys")
+    @classmethod
+    def _keep_only_digests(cls, keys: list[str]) -> list[str]:
+        # A key is held as the digest it is checked against, so no plain key outlives parsing the settings.
+        return [key_digest_form(key) for key in keys]
 
     @model_validator(mode="after")
     def _soft_limit_below_hard(self) -> Settings:
@@ -105,6 +153,23 @@ class Settings(BaseSettings):
     @property
     def resolved_artifact_dir(self) -> Path:
         return self.artifact_dir if self.artifact_dir is not None else self.state_dir / "artifacts"
+
+
+KEY_DIGEST_PREFIX = "sha256:"
+_HEX_DIGEST = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def key_digest_form(key: str) -> str:
+    """``sha256:<hex>`` of a plain key; a key already in that form is checked and lower-cased. Operators may
+    configure digests so the plain keys never appear in their config."""
+    if key.startswith(KEY_DIGEST_PREFIX):
+        digest = key.removeprefix(KEY_DIGEST_PREFIX)
+        if not _HEX_DIGEST.match(digest):
+            raise ValueError("a key given as 'sha256:<hex>' needs the 64 hex digits of its SHA-256 digest")
+        return KEY_DIGEST_PREFIX + digest.lower()
+    if not key:
+        raise ValueError("an API key may not be empty")
+    return KEY_DIGEST_PREFIX + hashlib.sha256(key.encode()).hexdigest()
 
 
 @lru_cache

@@ -4,9 +4,13 @@
   cancelled, so the only real control is how many run at once. A slot is waited for at most
   ``compute_wait_s``; then the answer is 503 with Retry-After.
 - Budgets: sizes are known from the request, so they are checked before anything is allocated (413).
-- API keys (``X-API-Key``) are compared in constant time against every configured key.
+- API keys (``X-API-Key``) are hashed and compared in constant time against the digest of every configured
+  key (the gateway holds only digests). A key's principal owns the jobs it creates (its owner id is a digest
+  prefix); admin keys see every job; without keys there is one tenant that sees everything.
+- Failed authentications are counted per client address: after ``auth_failures_per_minute`` the address
+  gets 429 for the rest of the minute, whatever key it sends.
 - Rate limit: a fixed one-minute window per key, counted in Redis when ``redis_url`` is set (shared by
-  every gateway process) and in memory otherwise.
+  every gateway process) and in memory otherwise; the failure count uses the same windows.
 """
 
 from __future__ import annotations
@@ -19,16 +23,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from posenc.settings import Settings
+from posenc.jobstore import ANONYMOUS
+from posenc.settings import KEY_DIGEST_PREFIX, Settings, key_digest_form
 from service.errors import ProblemError, problem_response
 from service.metrics import Metrics
+from service.transport import SAFETENSORS_TYPES, content_type
 
 logger = logging.getLogger(__name__)
 
@@ -76,17 +83,29 @@ class ComputeSlots:
 
 
 # ---------------------------------------------------------------------------------------------- body size
-class BodyTooLarge(StarletteHTTPException):
-    """An HTTPException so FastAPI's body parsing re-raises it untouched; the handler renders a 413."""
+# The bases annotate ``headers`` differently (a dict; an optional mapping); the dict ProblemError sets is both.
+class BodyTooLarge(ProblemError, StarletteHTTPException):  # type: ignore[misc]
+    """A body that grew past its cap while being read (a chunked body: no Content-Length to refuse it by).
 
-    def __init__(self) -> None:
-        super().__init__(status_code=413)
+    A Starlette HTTPException, so that FastAPI's body parsing re-raises it untouched rather than answering 400;
+    a ProblemError first in the method resolution order, so that the handlers render it as this problem, with
+    its own limit and hint (the JSON cap or the body cap), not as a bare 413.
+    """
+
+    def __init__(self, detail: str, *, size: int, limit: int) -> None:
+        StarletteHTTPException.__init__(self, status_code=413, detail=detail)
+        ProblemError.__init__(self, 413, detail, size=size, limit=limit)
 
 
 class BodySizeLimit:
-    """Cap request bodies at ``max_bytes``: refuse a declared Content-Length up front, and count the
-    bytes of chunked bodies as they arrive (Starlette's own limiter answers in text/plain, and every
-    error here is problem details)."""
+    """Cap request bodies: a safetensors body at ``max_bytes``, any other (JSON, the one other kind a route
+    reads) at the app's ``settings.max_json_body_bytes`` too. A declared Content-Length over the cap is refused
+    before a byte is read, and a chunked body is counted as it arrives (Starlette's own limiter answers in
+    text/plain, and every error here is problem details).
+
+    JSON has a cap of its own because parsed JSON is several times its size in memory (a Python value per number
+    until each tensor's values become an array), while a safetensors body is used as it arrived.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -97,9 +116,12 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        limit, hint = self._cap(request)
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(request, int(declared))(scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            size = int(declared)
+            detail = f"the request body is {size} bytes, over the limit of {limit} bytes; {hint}"
+            await problem_response(request, 413, detail, size=size, limit=limit)(scope, receive, send)
             return
         received = 0
 
@@ -108,26 +130,36 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge
+                if received > limit:
+                    detail = f"the request body is over the limit of {limit} bytes ({received} so far); {hint}"
+                    raise BodyTooLarge(detail, size=received, limit=limit)
             return message
 
         await self.app(scope, counted_receive, send)
 
-    def _refuse(self, request: Request, size: int) -> ASGIApp:
-        return problem_response(
-            request,
-            413,
-            f"the request body is {size} bytes, over the limit of {self.max_bytes} bytes; {BODY_HINT}",
-            size=size,
-            limit=self.max_bytes,
-        )
+    def _cap(self, request: Request) -> tuple[int, str]:
+        """This body's cap, and what to do above it: the JSON cap unless the body is a safetensors file."""
+        if content_type(request.headers) in SAFETENSORS_TYPES:
+            return self.max_bytes, BODY_HINT
+        settings: Settings = request.app.state.settings
+        if settings.max_json_body_bytes >= self.max_bytes:
+            return self.max_bytes, BODY_HINT
+        return settings.max_json_body_bytes, json_body_hint(self.max_bytes)
 
 
 BODY_HINT = (
     "send large tensors as application/vnd.safetensors, generate them on the server with "
     "{'random': {'shape', 'seed'}}, or run the work as a job (POST /v1/jobs)"
 )
+
+
+def json_body_hint(max_bytes: int) -> str:
+    """Why JSON bodies have a lower cap, and the two ways round it (the setting is named for operators)."""
+    return (
+        "JSON bodies are capped at max_json_body_bytes because parsed JSON takes several times its size in memory; "
+        f"send large tensors in an application/vnd.safetensors body (POST /v1/rotary and /v1/attention, up to "
+        f"{max_bytes} bytes) or generate them on the server with {{'random': {{'shape', 'seed'}}}}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ budgets
@@ -174,18 +206,61 @@ def check_input_budget(elements: int, settings: Settings, jobs_hint: str) -> Non
 # ------------------------------------------------------------------------------------- keys, rate limit
 api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="needed when keys are configured")
 
-
-def _digest(value: str) -> bytes:
-    # Equal-length digests make compare_digest's time independent of where the strings differ.
-    return hashlib.sha256(value.encode()).digest()
+OWNER_ID_HEX_DIGITS = 32  # 128 bits of the key's SHA-256: collision-free for any number of keys in practice
 
 
-def key_is_valid(candidate: str, keys: list[str]) -> bool:
-    presented = _digest(candidate)
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts for: ``owner`` owns the jobs it creates; ``sees_all`` reads and cancels every job
+    (admin keys, and the single tenant when no keys are configured)."""
+
+    owner: str
+    sees_all: bool = False
+
+    @property
+    def job_filter(self) -> str | None:
+        """The owner whose jobs this principal may see; None for all (``JobStore.get``'s ``owner``)."""
+        return None if self.sees_all else self.owner
+
+
+SINGLE_TENANT = Principal(owner=ANONYMOUS, sees_all=True)
+
+
+def _configured_digest(key: str) -> bytes:
+    """``Settings`` holds every key as ``sha256:<hex>`` (``posenc.settings.key_digest_form``)."""
+    return bytes.fromhex(key_digest_form(key).removeprefix(KEY_DIGEST_PREFIX))
+
+
+def _matches(presented: bytes, digests: list[bytes]) -> bool:
     matched = False
-    for key in keys:  # no early exit: the time does not say which key (if any) matched
-        matched |= secrets.compare_digest(presented, _digest(key))
+    for digest in digests:  # no early exit: the time does not say which key (if any) matched
+        matched |= secrets.compare_digest(presented, digest)
     return matched
+
+
+class KeyRing:
+    """The configured API keys as SHA-256 digests only: a presented key is hashed and compared, in constant
+    time, with every one of them. The owner id of a key is a prefix of its digest, never the key."""
+
+    def __init__(self, keys: list[str], admin_keys: list[str]) -> None:
+        self._keys = [_configured_digest(key) for key in keys]
+        self._admin_keys = [_configured_digest(key) for key in admin_keys]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KeyRing:
+        return cls(settings.api_keys, settings.admin_api_keys)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys or self._admin_keys)
+
+    def identify(self, presented: str) -> Principal | None:
+        """The principal of a presented key, or None when it is no configured key."""
+        digest = hashlib.sha256(presented.encode()).digest()
+        is_key, is_admin = _matches(digest, self._keys), _matches(digest, self._admin_keys)
+        if not (is_key or is_admin):
+            return None
+        return Principal(owner=digest.hex()[:OWNER_ID_HEX_DIGITS], sees_all=is_admin)
 
 
 class RateLimiter:
@@ -208,8 +283,21 @@ class RateLimiter:
         if count is None:
             count = self._count_local(identity, window)
         if count > self.per_minute:
-            return max(1, math.ceil((window + 1) * 60 - now))
+            return _window_left(now, window)
         return None
+
+    async def exhausted(self, identity: str) -> int | None:
+        """Without counting: None while ``identity`` has used less than its limit this window, else the seconds
+        until the window resets. Lets a caller refuse before doing the work that would be counted."""
+        if self.per_minute is None:
+            return None
+        now = time.time()
+        window = int(now // 60)
+        count = await self._read_redis(identity, window) if self.redis_url else None
+        if count is None:
+            with self._lock:
+                count = self._counts.get((identity, window), 0)
+        return _window_left(now, window) if count >= self.per_minute else None
 
     def _count_local(self, identity: str, window: int) -> int:
         with self._lock:
@@ -218,17 +306,18 @@ class RateLimiter:
             self._counts[(identity, window)] = self._counts.get((identity, window), 0) + 1
             return self._counts[(identity, window)]
 
-    async def _count_redis(self, identity: str, window: int) -> int | None:
+    def _client(self) -> Any:
         from redis.asyncio import Redis  # imported on first use: the gateway runs without Redis too
 
         if self._redis is None:
             assert self.redis_url is not None
             self._redis = Redis.from_url(self.redis_url, socket_timeout=1.0)
-        client = self._redis
-        assert isinstance(client, Redis)
+        return self._redis
+
+    async def _count_redis(self, identity: str, window: int) -> int | None:
         key = f"posenc:ratelimit:{identity}:{window}"
         try:
-            async with client.pipeline(transaction=True) as pipe:
+            async with self._client().pipeline(transaction=True) as pipe:
                 pipe.incr(key)
                 pipe.expire(key, 120)  # outlives its window; the window index in the key does the reset
                 count, _ = await pipe.execute()
@@ -236,6 +325,14 @@ class RateLimiter:
         except Exception:  # Redis down: count locally rather than fail every request
             logger.warning("rate limit: Redis unavailable, counting in memory", exc_info=True)
             return None
+
+    async def _read_redis(self, identity: str, window: int) -> int | None:
+        try:
+            raw = await self._client().get(f"posenc:ratelimit:{identity}:{window}")
+        except Exception:  # Redis down: fall back to the local count, as _count_redis does
+            logger.warning("rate limit: Redis unavailable, reading the count in memory", exc_info=True)
+            return None
+        return 0 if raw is None else int(raw)
 
     async def close(self) -> None:
         from redis.asyncio import Redis
@@ -245,18 +342,60 @@ class RateLimiter:
             self._redis = None
 
 
-async def authenticate(request: Request, api_key: Annotated[str | None, Security(api_key_header)] = None) -> None:
-    """401 without a valid key (when keys are configured); 429 over the per-key rate limit."""
-    settings: Settings = request.app.state.settings
-    identity = request.client.host if request.client else "unknown"
-    if settings.api_keys:
-        if not api_key or not key_is_valid(api_key, settings.api_keys):
-            raise ProblemError(
-                401,
-                "missing or invalid API key; send it in the X-API-Key header",
-                headers={"WWW-Authenticate": "APIKey"},
-            )
-        identity = "key:" + _digest(api_key).hex()[:32]  # never the key itself, not even in Redis
+def _window_left(now: float, window: int) -> int:
+    return max(1, math.ceil((window + 1) * 60 - now))
+
+
+def _client_address(request: Request) -> str:
+    """Failed authentications are counted per address: the peer, as the ASGI server reports it."""
+    return request.client.host if request.client else "unknown"
+
+
+def _too_many_failures(limiter: RateLimiter, retry_after: int) -> ProblemError:
+    # X-Should-Retry: false: the SDK would otherwise wait and send the same wrong key again.
+    return ProblemError(
+        429,
+        f"more than {limiter.per_minute} failed authentications from this address this minute "
+        f"(auth_failures_per_minute, POSENC_AUTH_FAILURES_PER_MINUTE); retry after {retry_after} s",
+        headers={"Retry-After": str(retry_after), "X-Should-Retry": "false"},
+    )
+
+
+async def identify(request: Request, api_key: str | None) -> Principal:
+    """The principal of a request: the single tenant without keys; else the key's, or 401. An address whose
+    failures this minute reached ``auth_failures_per_minute`` gets 429 before its key is even looked at, so
+    guessing gets no answer, right or wrong, until the window ends."""
+    keyring: KeyRing = request.app.state.keyring
+    if not keyring.enabled:
+        return SINGLE_TENANT
+    failures: RateLimiter = request.app.state.auth_failures
+    metrics: Metrics = request.app.state.metrics
+    address = _client_address(request)
+    blocked = await failures.exhausted("authfail:" + address)
+    if blocked is not None:
+        metrics.auth_failures.labels("blocked").inc()
+        raise _too_many_failures(failures, blocked)
+    principal = keyring.identify(api_key) if api_key else None
+    if principal is not None:
+        return principal
+    metrics.auth_failures.labels("missing" if not api_key else "invalid").inc()
+    retry_after = await failures.retry_after("authfail:" + address)
+    if retry_after is not None:
+        raise _too_many_failures(failures, retry_after)
+    raise ProblemError(
+        401,
+        "missing or invalid API key; send it in the X-API-Key header",
+        headers={"WWW-Authenticate": "APIKey"},
+    )
+
+
+async def authenticate(request: Request, api_key: Annotated[str | None, Security(api_key_header)] = None) -> Principal:
+    """Every /v1 route: 401 without a valid key (when keys are configured); 429 over the per-key rate limit.
+    Returns who the request acts for (FastAPI caches it per request, so routes may depend on it again)."""
+    principal = await identify(request, api_key)
+    keyring: KeyRing = request.app.state.keyring
+    # never the key itself, not even in Redis: the owner id is a digest prefix
+    identity = "key:" + principal.owner if keyring.enabled else _client_address(request)
     limiter: RateLimiter = request.app.state.rate_limiter
     retry_after = await limiter.retry_after(identity)
     if retry_after is not None:
@@ -265,3 +404,29 @@ async def authenticate(request: Request, api_key: Annotated[str | None, Security
             f"more than {limiter.per_minute} requests this minute; retry after {retry_after} s",
             headers={"Retry-After": str(retry_after)},
         )
+    return principal
+
+
+async def require_key_unless_public(
+    request: Request, api_key: Annotated[str | None, Security(api_key_header)] = None
+) -> None:
+    """``/metrics``: with keys configured it needs one, unless ``public_health`` opens it."""
+    settings: Settings = request.app.state.settings
+    if not settings.public_health:
+        await identify(request, api_key)
+
+
+async def health_details_allowed(
+    request: Request, api_key: Annotated[str | None, Security(api_key_header)] = None
+) -> bool:
+    """``/readyz``: whether to show details (worker hostnames and queues, which dependency failed). Always
+    without keys or with ``public_health``; with keys, to a valid key only. No key: the status code alone (a
+    load balancer's probe needs no key); a wrong key: 401, counted as a failed authentication."""
+    settings: Settings = request.app.state.settings
+    keyring: KeyRing = request.app.state.keyring
+    if settings.public_health or not keyring.enabled:
+        return True
+    if not api_key:
+        return False
+    await identify(request, api_key)
+    return True

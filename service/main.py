@@ -3,7 +3,8 @@
 
 Layers, outermost first: CORS (only when origins are configured), metrics, the body-size cap, the
 problem-details handlers, then the routers. Everything under /v1 sits behind the API key check and
-rate limit; /healthz, /readyz, /metrics and the docs do not.
+rate limit; /healthz and the docs do not. With keys configured, /metrics needs one and /readyz shows its
+details only to one, unless ``public_health`` opens them.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from fastapi.routing import APIRoute
 from posenc import __version__
 from posenc.schemas.compute import AttentionRequest, RotaryRequest
 from posenc.settings import Settings, get_settings
-from service.errors import PROBLEM_MEDIA_TYPE, install_error_handlers
-from service.limits import BodySizeLimit, ComputeSlots, RateLimiter, authenticate
+from service.docs import install_offline_docs
+from service.errors import install_error_handlers
+from service.limits import BodySizeLimit, ComputeSlots, KeyRing, RateLimiter, authenticate
 from service.metrics import Metrics, MetricsMiddleware
+from service.openapi import document_problems
 from service.routers import compute, health, jobs, methods
 
 EXPOSED_HEADERS = [
@@ -33,6 +36,7 @@ EXPOSED_HEADERS = [
     "X-Posenc-Tensor",
     "Location",
     "Retry-After",
+    "X-Should-Retry",
 ]
 # Models whose routes read the body themselves (JSON or safetensors) and so are not collected by FastAPI.
 _SELF_PARSED_BODIES = (RotaryRequest, AttentionRequest)
@@ -47,11 +51,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings if settings is not None else get_settings()
     metrics = Metrics(compute_capacity=settings.compute_concurrency)
     rate_limiter = RateLimiter(settings.rate_limit_per_minute, settings.redis_url)
+    auth_failures = RateLimiter(settings.auth_failures_per_minute, settings.redis_url)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await rate_limiter.close()
+        await auth_failures.close()
 
     app = FastAPI(
         title="posenc",
@@ -61,10 +67,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "Errors are application/problem+json.",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        docs_url=None,  # the CDN-loading pages; install_offline_docs serves them from local assets
+        redoc_url=None,
     )
+    install_offline_docs(app)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.rate_limiter = rate_limiter
+    app.state.auth_failures = auth_failures
+    app.state.keyring = KeyRing.from_settings(settings)
     app.state.compute_slots = ComputeSlots(settings.compute_concurrency, settings.compute_wait_s, metrics)
 
     install_error_handlers(app)
@@ -112,12 +123,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         for name, definition in model_schema.pop("$defs", {}).items():
             components.setdefault(name, definition)
         components.setdefault(model.__name__, model_schema)
-    for path_item in schema.get("paths", {}).values():
-        for operation in path_item.values():
-            for status, response in operation.get("responses", {}).items():
-                content = response.get("content", {})
-                if status[:1] in "45" and "application/json" in content:
-                    content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+    document_problems(schema)
     return schema
 
 

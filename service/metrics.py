@@ -1,4 +1,5 @@
-"""Prometheus metrics of one app: requests and latency per route template and status, compute slot usage.
+"""Prometheus metrics of one app: requests and latency per route template and status, compute slot usage,
+failed authentications.
 
 Each app gets its own ``CollectorRegistry`` so that several apps in one process (tests) never collide on
 metric names. Routes are labelled by their template (``/v1/methods/{name}``), never the raw path, so the
@@ -35,6 +36,13 @@ class Metrics:
         self.slots_rejected = Counter(
             "posenc_compute_slots_rejected",
             "Compute requests answered 503 because no slot freed up in time",
+            registry=self.registry,
+        )
+        self.auth_failures = Counter(
+            "posenc_auth_failures",
+            "Requests refused authentication: reason missing or invalid (a 401) or blocked (the address failed "
+            "too often this minute, a 429)",
+            ["reason"],
             registry=self.registry,
         )
         self.slots_capacity.set(compute_capacity)

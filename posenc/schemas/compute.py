@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posenc.schemas.tensors import FloatDType, TensorIn
+from posenc.schemas.tensors import FloatDType, Int64, TensorIn
 
 MAX_HEADS = 1024
 MAX_LENGTH = 1_048_576
@@ -28,7 +28,8 @@ Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: JSON parsers turn NaN, Infinity and 1e400 into floats; every float field refuses them
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     method: str = Field(description="registered method name, see GET /v1/methods")
     params: dict[str, Any] = Field(
@@ -68,7 +69,7 @@ class RotaryRequest(_Request):
 
     q: TensorIn
     k: TensorIn | None = Field(default=None, description="omit with rotate='query'; same D as q")
-    positions: TensorIn | list[int] | None = Field(
+    positions: TensorIn | list[Int64] | None = Field(
         default=None,
         description="int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset",
     )

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from posenc.schemas.tensors import INT64_MAX, Int64
 
 JobKind = Literal["train", "extrapolate", "benchmark", "compute"]
 ComputeRoute = Literal["bias", "rotary", "encodings", "attention"]
@@ -37,7 +38,8 @@ SyntheticTask = Literal["copy", "reverse", "addition"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: JSON parsers turn NaN, Infinity and 1e400 into floats; every float field refuses them
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class MethodRef(_Strict):
@@ -46,9 +48,15 @@ class MethodRef(_Strict):
 
 
 class DataSpec(_Strict):
-    """A character-level corpus (a name like 'stdlib' or 'tinyshakespeare', or a text file path) or a task."""
+    """A character-level corpus or a synthetic task."""
 
-    corpus: str | None = None
+    corpus: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="'stdlib' (built offline from the Python standard library), 'tinyshakespeare' "
+        "(tinyshakespeare.txt in a data directory), or a text file under the data directories "
+        "(POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one",
+    )
     task: SyntheticTask | None = None
     val_fraction: float = Field(default=0.1, gt=0, lt=0.5)
 
@@ -77,9 +85,11 @@ class TrainSpec(_Strict):
     steps: int = Field(default=1000, ge=1, le=10_000_000)
     batch_size: int = Field(default=32, ge=1, le=4096)
     lr: float = Field(default=2e-3, gt=0, le=1.0)
-    warmup_steps: int = Field(default=50, ge=0)
+    warmup_steps: int = Field(default=50, ge=0, le=INT64_MAX)
     weight_decay: float = Field(default=0.01, ge=0)
-    checkpoint_every: int = Field(default=100, ge=1, description="steps between checkpoints (resume point)")
+    checkpoint_every: int = Field(
+        default=100, ge=1, le=INT64_MAX, description="steps between checkpoints (resume point)"
+    )
 
 
 class EvalSpec(_Strict):
@@ -87,9 +97,11 @@ class EvalSpec(_Strict):
         default=None, description="default [L, 2L, 4L, 8L] with L the training length"
     )
     protocol: Literal["nonoverlapping", "sliding"] = "nonoverlapping"
-    stride: int | None = Field(default=None, ge=1, description="sliding: tokens scored per window (default L/2)")
-    max_tokens: int = Field(default=65536, ge=1, description="scored tokens per length (text)")
-    samples: int = Field(default=100, ge=1, description="sequences per length (synthetic tasks)")
+    stride: int | None = Field(
+        default=None, ge=1, le=INT64_MAX, description="sliding: tokens scored per window (default L/2)"
+    )
+    max_tokens: int = Field(default=65536, ge=1, le=INT64_MAX, description="scored tokens per length (text)")
+    samples: int = Field(default=100, ge=1, le=INT64_MAX, description="sequences per length (synthetic tasks)")
 
 
 class JobSpec(_Strict):
@@ -98,7 +110,7 @@ class JobSpec(_Strict):
     model: ModelSpec = Field(default_factory=ModelSpec)
     train: TrainSpec = Field(default_factory=TrainSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=64)
+    seeds: list[Int64] = Field(default_factory=lambda: [0], min_length=1, max_length=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     checkpoint: str | None = Field(
         default=None, description="extrapolate only: id of a finished train job whose model to evaluate"

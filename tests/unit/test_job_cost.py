@@ -1,0 +1,85 @@
+"""The job cost the gateway caps (``max_job_cost``), and API keys held only as digests."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from posenc.jobspec import eval_tokens, job_cost
+from posenc.schemas.jobs import JobCreate, JobSpec
+from posenc.settings import Settings
+from posenc.training.evaluate import protocol_windows
+
+
+def create(kind: str = "benchmark", **spec: Any) -> JobCreate:
+    base: dict[str, Any] = {"methods": [{"method": "rope"}, {"method": "alibi"}], "data": {"corpus": "stdlib"}}
+    if kind != "benchmark":
+        base["methods"] = base["methods"][:1]
+    return JobCreate.model_validate({"kind": kind, "spec": base | spec})
+
+
+@pytest.mark.parametrize(
+    ("protocol", "stride", "length", "max_tokens"),
+    [
+        ("nonoverlapping", None, 128, 65536),
+        ("nonoverlapping", None, 100, 1000),
+        ("sliding", None, 128, 4096),
+        ("sliding", 7, 64, 1000),
+        ("sliding", 64, 64, 64),
+    ],
+)
+def test_text_eval_tokens_are_what_the_evaluation_windows_read(
+    protocol: str, stride: int | None, length: int, max_tokens: int
+) -> None:
+    spec = JobSpec.model_validate(
+        {
+            "methods": [{"method": "rope"}],
+            "eval": {"protocol": protocol, "stride": stride, "max_tokens": max_tokens},
+        }
+    )
+    windows = protocol_windows(max_tokens, length, protocol, stride)  # type: ignore[arg-type]
+    assert eval_tokens(spec, length) == len(windows) * length
+
+
+def test_benchmark_cost_multiplies_runs_and_adds_evaluation() -> None:
+    job = create(
+        train={"steps": 100, "batch_size": 4, "length": 32},
+        eval={"lengths": [32, 64], "max_tokens": 256},
+        seeds=[0, 1, 2],
+    )
+    per_run = 100 * 4 * 32 + 256 + 256
+    assert job_cost(job) == 2 * 3 * per_run
+
+
+def test_train_evaluates_at_its_length_and_tasks_count_samples_times_sequence() -> None:
+    job = create("train", data={"task": "addition"}, train={"steps": 10, "batch_size": 2, "length": 35})
+    size = (35 - 5) // 3  # the largest addition instance in 35 tokens
+    assert job_cost(job) == 10 * 2 * 35 + 100 * (3 * size + 5)
+
+
+def test_extrapolating_a_checkpoint_trains_nothing() -> None:
+    job = create("extrapolate", checkpoint="abc", eval={"lengths": [16, 1000], "max_tokens": 500})
+    assert job_cost(job) == 496 + 1000  # 31 windows of 16; at least one window of 1000
+
+
+def test_a_compute_job_counts_one() -> None:
+    job = JobCreate.model_validate(
+        {
+            "kind": "compute",
+            "spec": {"route": "bias", "request": {"method": "alibi", "num_heads": 1, "query_length": 2}},
+        }
+    )
+    assert job_cost(job) == 1
+
+
+def test_keys_are_kept_only_as_digests() -> None:
+    digest = hashlib.sha256(b"plain-key").hexdigest()
+    settings = Settings(api_keys=["plain-key", "sha256:" + digest.upper()], admin_api_keys=["root"])
+    assert settings.api_keys == ["sha256:" + digest, "sha256:" + digest]
+    assert settings.admin_api_keys == ["sha256:" + hashlib.sha256(b"root").hexdigest()]
+    assert "plain-key" not in settings.model_dump_json()
+    with pytest.raises(ValidationError, match="64 hex digits"):
+        Settings(api_keys=["sha256:not-hex"])
