@@ -34,6 +34,9 @@ class AttentionRequest(BaseModel):
         extra="allow",
     )
     causal: Annotated[bool, Field(title="Causal")] = True
+    """
+    mask keys after the query (j > i + query_offset)
+    """
     dtype: Annotated[
         Literal["float32", "float64", "bfloat16", "float16"] | None,
         Field(title="Dtype"),
@@ -56,6 +59,10 @@ class AttentionRequest(BaseModel):
     method parameters; validated against the method's params_schema
     """
     q: Annotated[TensorData | RandomTensor, Field(title="Q")]
+    query_offset: Annotated[QueryOffset | None, Field(title="Query Offset")] = None
+    """
+    position of the first query among the keys: query i sits at position i + query_offset, key j at j. Default: key_length - query_length when there are more keys than queries (the queries are the last tokens, as in KV-cache decoding, FlashAttention >= 2.1 and Hugging Face's cache_position), else 0
+    """
     scale: Annotated[Scale | None, Field(title="Scale")] = None
     """
     logit scale; default 1/sqrt(D)
@@ -76,12 +83,12 @@ class BiasRequest(BaseModel):
     )
     causal: Annotated[bool, Field(title="Causal")] = True
     """
-    mask j > i with -inf (and use the method's causal form)
+    mask keys after the query (j > i + query_offset) with -inf (and use the method's causal form)
     """
     dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
     form: Annotated[Literal["dense", "toeplitz"], Field(title="Form")] = "dense"
     """
-    toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1]
+    toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1] (i, j row and column indices; the positions differ by i + query_offset - j)
     """
     key_length: Annotated[KeyLength | None, Field(title="Key Length")] = None
     """
@@ -97,6 +104,10 @@ class BiasRequest(BaseModel):
     method parameters; validated against the method's params_schema
     """
     query_length: Annotated[int, Field(ge=1, le=1048576, title="Query Length")]
+    query_offset: Annotated[QueryOffset | None, Field(title="Query Offset")] = None
+    """
+    position of the first query among the keys: query i sits at position i + query_offset, key j at j. Default: key_length - query_length when there are more keys than queries (the queries are the last tokens, as in KV-cache decoding, FlashAttention >= 2.1 and Hugging Face's cache_position), else 0
+    """
 
 
 class ComputeJobSpec(BaseModel):
@@ -121,15 +132,25 @@ class ComputeJobSpec(BaseModel):
     """
 
 
+class Corpus(RootModel[str]):
+    root: Annotated[str, Field(max_length=4096, title="Corpus")]
+    """
+    'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
+    """
+
+
 class DataSpec(BaseModel):
     """
-    A character-level corpus (a name like 'stdlib' or 'tinyshakespeare', or a text file path) or a task.
+    A character-level corpus or a synthetic task.
     """
 
     model_config = ConfigDict(
         extra="allow",
     )
-    corpus: Annotated[str | None, Field(title="Corpus")] = None
+    corpus: Annotated[Corpus | None, Field(title="Corpus")] = None
+    """
+    'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
+    """
     task: Annotated[Literal["copy", "reverse", "addition"] | None, Field(title="Task")] = None
     val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
 
@@ -167,12 +188,12 @@ class EvalSpec(BaseModel):
     """
     default [L, 2L, 4L, 8L] with L the training length
     """
-    max_tokens: Annotated[int, Field(ge=1, title="Max Tokens")] = 65536
+    max_tokens: Annotated[int, Field(ge=1, le=9223372036854776000, title="Max Tokens")] = 65536
     """
     scored tokens per length (text)
     """
     protocol: Annotated[Literal["nonoverlapping", "sliding"], Field(title="Protocol")] = "nonoverlapping"
-    samples: Annotated[int, Field(ge=1, title="Samples")] = 100
+    samples: Annotated[int, Field(ge=1, le=9223372036854776000, title="Samples")] = 100
     """
     sequences per length (synthetic tasks)
     """
@@ -204,13 +225,6 @@ class Grid(RootModel[list[GridItem]]):
     """
     (H, W) or (T, H, W) for 2D/3D methods
     """
-
-
-class HTTPValidationError(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    detail: Annotated[list[ValidationError] | None, Field(title="Detail")] = None
 
 
 class Job(BaseModel):
@@ -282,7 +296,7 @@ class JobSpec(BaseModel):
     eval: EvalSpec | None = None
     methods: Annotated[list[MethodRef], Field(min_length=1, title="Methods")]
     model: ModelSpec | None = None
-    seeds: Annotated[list[int] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
+    seeds: Annotated[list[Seed] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
     train: TrainSpec | None = None
 
 
@@ -369,6 +383,10 @@ class ModelSpec(BaseModel):
     layers: Annotated[int, Field(ge=1, le=48, title="Layers")] = 2
 
 
+class Position(RootModel[int]):
+    root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
 class Problem(BaseModel):
     """
     ``application/problem+json`` body.
@@ -399,6 +417,13 @@ class Problem(BaseModel):
     """
 
 
+class QueryOffset(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=1048576, title="Query Offset")]
+    """
+    position of the first query among the keys: query i sits at position i + query_offset, key j at j. Default: key_length - query_length when there are more keys than queries (the queries are the last tokens, as in KV-cache decoding, FlashAttention >= 2.1 and Hugging Face's cache_position), else 0
+    """
+
+
 class RandomSpec(BaseModel):
     """
     Server-side generated tensor: same shape, seed and distribution give the same values.
@@ -409,7 +434,7 @@ class RandomSpec(BaseModel):
     )
     distribution: Annotated[Literal["normal", "uniform"], Field(title="Distribution")] = "normal"
     dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
-    seed: Annotated[int, Field(title="Seed")] = 0
+    seed: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000, title="Seed")] = 0
     shape: Annotated[list[ShapeItem], Field(max_length=8, title="Shape")]
 
 
@@ -450,9 +475,9 @@ class RotaryRequest(BaseModel):
     """
     registered method name, see GET /v1/methods
     """
-    offset: Annotated[int, Field(ge=0, le=1099511627776, title="Offset")] = 0
+    offset: Annotated[int, Field(ge=0, le=67108864, title="Offset")] = 0
     """
-    added to the default positions (KV-cache decoding)
+    added to the default positions (KV-cache decoding); offset + N - 1 <= 2^26, the largest position whose angles are exact to float32 rounding
     """
     pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
     """
@@ -462,7 +487,7 @@ class RotaryRequest(BaseModel):
     """
     method parameters; validated against the method's params_schema
     """
-    positions: Annotated[TensorData | RandomTensor | list[int] | None, Field(title="Positions")] = None
+    positions: Annotated[TensorData | RandomTensor | list[Position] | None, Field(title="Positions")] = None
     """
     int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset
     """
@@ -488,12 +513,16 @@ class Scale(RootModel[float]):
     """
 
 
+class Seed(RootModel[int]):
+    root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
 class ShapeItem(RootModel[int]):
     root: Annotated[int, Field(ge=0, le=2147483647)]
 
 
 class Stride(RootModel[int]):
-    root: Annotated[int, Field(ge=1, title="Stride")]
+    root: Annotated[int, Field(ge=1, le=9223372036854776000, title="Stride")]
     """
     sliding: tokens scored per window (default L/2)
     """
@@ -549,7 +578,7 @@ class TrainSpec(BaseModel):
         extra="allow",
     )
     batch_size: Annotated[int, Field(ge=1, le=4096, title="Batch Size")] = 32
-    checkpoint_every: Annotated[int, Field(ge=1, title="Checkpoint Every")] = 100
+    checkpoint_every: Annotated[int, Field(ge=1, le=9223372036854776000, title="Checkpoint Every")] = 100
     """
     steps between checkpoints (resume point)
     """
@@ -559,16 +588,5 @@ class TrainSpec(BaseModel):
     """
     lr: Annotated[float, Field(gt=0.0, le=1.0, title="Lr")] = 0.002
     steps: Annotated[int, Field(ge=1, le=10000000, title="Steps")] = 1000
-    warmup_steps: Annotated[int, Field(ge=0, title="Warmup Steps")] = 50
+    warmup_steps: Annotated[int, Field(ge=0, le=9223372036854776000, title="Warmup Steps")] = 50
     weight_decay: Annotated[float, Field(ge=0.0, title="Weight Decay")] = 0.01
-
-
-class ValidationError(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    ctx: Annotated[dict[str, Any] | None, Field(title="Context")] = None
-    input: Annotated[Any | None, Field(title="Input")] = None
-    loc: Annotated[list[str | int], Field(title="Location")]
-    msg: Annotated[str, Field(title="Message")]
-    type: Annotated[str, Field(title="Error Type")]
