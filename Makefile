@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/compute_bench.py
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/json_body_memory.py
+	$(BIN)/python bench/job_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

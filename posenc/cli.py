@@ -176,8 +176,14 @@ def _start_worker(args: argparse.Namespace, state_dir: Path) -> runtime.Supervis
     # SIGTERM becomes Celery's soft shutdown: running jobs get worker_soft_shutdown_timeout_s, then they are
     # requeued (and resume from their checkpoint next time) instead of holding the stop for hours.
     env["REMAP_SIGTERM"] = "SIGQUIT"
+    # Ready = its heartbeat is in Redis: a worker killed after that is restarted at once, one that dies
+    # before it (a crash loop) is restarted with back-off.
     worker = runtime.SupervisedProcess(
-        runtime.worker_command(queues, concurrency), env, state_dir / "logs" / "worker.log", "celery worker"
+        runtime.worker_command(queues, concurrency),
+        env,
+        state_dir / "logs" / "worker.log",
+        "celery worker",
+        ready=runtime.worker_heartbeat_probe(env["POSENC_REDIS_URL"]),
     )
     worker.start()
     print(f"posenc: celery worker on queues {queues} (log {worker.log_path})", flush=True)

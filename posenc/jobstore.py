@@ -19,6 +19,15 @@ Keys (all under ``posenc:``):
 - ``idem:{owner}:{sha256}`` Idempotency-Key -> {job_id, body_sha256}, SET NX, one namespace per owner
   (the anonymous owner keeps the older ``idem:{sha256}``)
 - ``workers``             zset hostname -> heartbeat deadline (s); ``workers:info`` hash hostname -> JSON
+- ``jobs:taken``          hash id -> worker instance: the job's message was taken by that worker's consumer and
+  not claimed yet (the claim removes it). Closes the gap the lease cannot see: between taking and claiming
+- ``worker:{instance}:alive`` set with a TTL by the worker's heartbeat (and on every take); one instance per
+  worker *process* (hostname plus a per-start token), so a restarted worker with the same hostname is not
+  mistaken for the one that died
+
+Two keys belong to kombu's Redis transport (Celery's broker), not to posenc: ``unacked`` (hash delivery tag ->
+JSON [message, exchange, routing key]) and ``unacked_index`` (zset delivery tag -> time taken). The recovery
+sweep reads them, and removes only entries whose job is terminal (see :meth:`JobStore.settle_unacked`).
 
 Every transition that must happen once (create, claim, finish, cancel, requeue) is a Lua script, so it is
 atomic and the checks (status, lease, fence, the owner's count) and the write cannot interleave with another
@@ -58,6 +67,11 @@ ACTIVE_KEY = PREFIX + "jobs:active"
 UNPUBLISHED_KEY = PREFIX + "jobs:unpublished"
 WORKERS_KEY = PREFIX + "workers"
 WORKERS_INFO_KEY = PREFIX + "workers:info"
+TAKEN_KEY = PREFIX + "jobs:taken"
+# kombu's Redis transport keeps every delivered, unacknowledged message here (its defaults: Celery's
+# configuration in workers.app sets no global_keyprefix and no other names).
+KOMBU_UNACKED_KEY = "unacked"
+KOMBU_UNACKED_INDEX_KEY = "unacked_index"
 OWNER_PREFIX = PREFIX + "owner:"
 ANONYMOUS = "anonymous"  # the one owner when no API keys are configured
 CHECKPOINT_DIR_NAME = "checkpoints"
@@ -79,6 +93,10 @@ def _keys(job_id: str) -> dict[str, str]:
         "cancel": base + ":cancel",
         "events": base + ":events",
     }
+
+
+def worker_alive_key(instance: str) -> str:
+    return f"{PREFIX}worker:{instance}:alive"
 
 
 def owner_index_key(owner: str) -> str:
@@ -152,12 +170,15 @@ return {{'created'}}
 """
 )
 
-# KEYS: record lease fence active events cancel tomb
+# KEYS: record lease fence active events cancel tomb taken
 # ARGV: now worker lease_ms max_attempts job_id ttl_s tomb_ttl_s
+# Whatever the outcome, the message reached its task: the taken marker's job is done (from here the lease, or
+# the job's end, says what happens next).
 _CLAIM = (
     _TERMINAL_LUA
     + _RELEASE_SLOT_LUA
     + """
+redis.call('HDEL', KEYS[8], ARGV[5])
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if terminal[status] then return {'terminal', status} end
@@ -270,9 +291,78 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('RPUSH', KEYS[4], 'cancelled (worker lost after the cancel request)|' .. ARGV[1])
   return 'cancelled'
 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[1])
+redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[1], 'requeued_ms', ARGV[3])
 redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
 redis.call('RPUSH', KEYS[4], 'requeued (lease expired)|' .. ARGV[1])
+return 'requeued'
+"""
+)
+
+# KEYS: taken alive record events ; ARGV: job_id instance alive_ms now
+# The consumer of a live worker (instance) took the job's message; the worker is alive right now, so its
+# liveness key is refreshed in the same step (the marker can never name an instance without a liveness key).
+# KEYS: taken ; ARGV: instance. A worker stopping cleanly gives back the marks of messages it took and never
+# claimed: kombu restores those messages to the queue itself at shutdown, so the sweep must not publish them again.
+_RELEASE_TAKEN = """
+local entries = redis.call('HGETALL', KEYS[1])
+local released = 0
+for i = 1, #entries, 2 do
+  if entries[i + 1] == ARGV[1] then
+    redis.call('HDEL', KEYS[1], entries[i])
+    released = released + 1
+  end
+end
+return released
+"""
+
+_MARK_TAKEN = """
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('RPUSH', KEYS[4], 'taken by ' .. ARGV[2] .. '|' .. ARGV[4])
+return 1
+"""
+
+# KEYS: taken alive record events unpublished ; ARGV: job_id instance now now_ms
+# The worker instance that took the job's message is gone (its liveness key expired) and never claimed the
+# job: the message sits in kombu's unacked hash until the visibility timeout. Requeue it now.
+_REQUEUE_IF_UNCLAIMED = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 'moved' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'alive' end
+redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('HGET', KEYS[3], 'status') ~= 'queued' then return 'gone' end
+redis.call('HSET', KEYS[3], 'updated_at', ARGV[3], 'requeued_ms', ARGV[4])
+redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
+redis.call('RPUSH', KEYS[4], 'requeued (worker lost before the claim: ' .. ARGV[2] .. ')|' .. ARGV[3])
+return 'requeued'
+"""
+
+# KEYS: unacked unacked_index record lease taken events unpublished
+# ARGV: delivery_tag job_id now_ms grace_ms now
+# One entry of kombu's unacked hash whose message is this job's:
+# - the job is terminal: the entry can only ever redeliver a finished job, hours later: remove it ('dropped');
+# - the job is queued, unclaimed, not marked taken, and this entry was taken after the job's last (re)publish
+#   and more than grace_ms ago: its consumer died between kombu's unacked write and the taken marker (a
+#   window of microseconds, but a real one): requeue the job, keep the entry ('requeued');
+# - otherwise leave it to its worker ('kept'). Nothing else is ever removed.
+_SETTLE_UNACKED = (
+    _TERMINAL_LUA
+    + """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 'gone' end
+local status = redis.call('HGET', KEYS[3], 'status')
+if status and terminal[status] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 'dropped'
+end
+if status ~= 'queued' then return 'kept' end
+if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('HEXISTS', KEYS[5], ARGV[2]) == 1 then return 'kept' end
+local taken_ms = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0') * 1000
+if taken_ms == 0 or taken_ms > tonumber(ARGV[3]) - tonumber(ARGV[4]) then return 'kept' end
+if taken_ms <= tonumber(redis.call('HGET', KEYS[3], 'requeued_ms') or '0') then return 'kept' end
+redis.call('HSET', KEYS[3], 'updated_at', ARGV[5], 'requeued_ms', ARGV[3])
+redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2])
+redis.call('RPUSH', KEYS[6], 'requeued (worker lost as it took the message)|' .. ARGV[5])
 return 'requeued'
 """
 )
@@ -347,6 +437,10 @@ class JobStore:
         self._renew = client.register_script(_RENEW_LEASE)
         self._cancel = client.register_script(_CANCEL)
         self._requeue = client.register_script(_REQUEUE_IF_ORPHANED)
+        self._mark_taken = client.register_script(_MARK_TAKEN)
+        self._release_taken = client.register_script(_RELEASE_TAKEN)
+        self._requeue_unclaimed = client.register_script(_REQUEUE_IF_UNCLAIMED)
+        self._settle_unacked = client.register_script(_SETTLE_UNACKED)
         self._create = client.register_script(_CREATE)
         self._fail_unpublished = client.register_script(_FAIL_UNPUBLISHED)
         self._release_idempotency = client.register_script(_RELEASE_IDEMPOTENCY)
@@ -522,7 +616,7 @@ class JobStore:
         """Take the job for one attempt: a new fencing token, attempts+1, status running, the lease set."""
         k = _keys(job_id)
         reply = self._claim(
-            keys=[k["record"], k["lease"], k["fence"], ACTIVE_KEY, k["events"], k["cancel"], k["tomb"]],
+            keys=[k["record"], k["lease"], k["fence"], ACTIVE_KEY, k["events"], k["cancel"], k["tomb"], TAKEN_KEY],
             args=[
                 now_iso(),
                 worker,
@@ -594,6 +688,69 @@ class JobStore:
             )
         )
 
+    def mark_taken(self, job_id: str, instance: str, alive_ttl_s: float) -> bool:
+        """The consumer of worker ``instance`` took this job's message (it is now in kombu's unacked hash, where
+        only the visibility timeout would bring it back). False for a job without a record (nothing to mark)."""
+        k = _keys(job_id)
+        return bool(
+            self._mark_taken(
+                keys=[TAKEN_KEY, worker_alive_key(instance), k["record"], k["events"]],
+                args=[job_id, instance, int(alive_ttl_s * 1000), now_iso()],
+            )
+        )
+
+    def release_taken(self, instance: str) -> int:
+        """Forget every mark of worker ``instance`` (a clean stop); returns how many there were."""
+        return int(self._release_taken(keys=[TAKEN_KEY], args=[instance]))
+
+    def taken_by(self, job_id: str) -> str | None:
+        """The worker instance holding this job's message before its claim, if any."""
+        instance = self.r.hget(TAKEN_KEY, job_id)
+        return None if instance is None else str(instance)
+
+    def taken_jobs(self) -> dict[str, str]:
+        """Every job taken and not claimed yet: job id -> worker instance. Small: one per busy consumer."""
+        return _str_dict(self.r.hgetall(TAKEN_KEY))
+
+    def requeue_if_unclaimed(self, job_id: str, instance: str) -> str:
+        """``requeued`` when ``instance`` took the job's message and died before claiming it; the caller then
+        publishes the job again (it is in ``jobs:unpublished`` until :meth:`mark_published`)."""
+        k = _keys(job_id)
+        return str(
+            self._requeue_unclaimed(
+                keys=[TAKEN_KEY, worker_alive_key(instance), k["record"], k["events"], UNPUBLISHED_KEY],
+                args=[job_id, instance, now_iso(), int(time.time() * 1000)],
+            )
+        )
+
+    def unacked_job_ids(self, task_name: str) -> dict[str, str]:
+        """kombu's unacked messages of task ``task_name``: delivery tag -> job id (the task id is the job id)."""
+        found = {}
+        for tag, raw in _str_dict(self.r.hgetall(KOMBU_UNACKED_KEY)).items():
+            job_id = _task_id_of_unacked(raw, task_name)
+            if job_id is not None:
+                found[tag] = job_id
+        return found
+
+    def settle_unacked(self, delivery_tag: str, job_id: str, grace_s: float) -> str:
+        """Decide one unacked entry (see ``_SETTLE_UNACKED``): ``dropped`` (its job is terminal), ``requeued``
+        (the caller publishes the job again), ``kept`` or ``gone``."""
+        k = _keys(job_id)
+        return str(
+            self._settle_unacked(
+                keys=[
+                    KOMBU_UNACKED_KEY,
+                    KOMBU_UNACKED_INDEX_KEY,
+                    k["record"],
+                    k["lease"],
+                    TAKEN_KEY,
+                    k["events"],
+                    UNPUBLISHED_KEY,
+                ],
+                args=[delivery_tag, job_id, int(time.time() * 1000), int(grace_s * 1000), now_iso()],
+            )
+        )
+
     def active_job_ids(self) -> list[str]:
         return sorted(_strs(self.r.smembers(ACTIVE_KEY)))
 
@@ -603,11 +760,14 @@ class JobStore:
 
     # ---- worker liveness (readiness)
 
-    def beat_worker(self, hostname: str, queues: list[str], ttl_s: float) -> None:
+    def beat_worker(self, hostname: str, queues: list[str], ttl_s: float, *, instance: str | None = None) -> None:
+        """Readiness (by hostname) and, with ``instance``, the liveness that taken-but-unclaimed jobs hang on."""
         info = json.dumps({"hostname": hostname, "queues": queues, "pid": os.getpid(), "at": now_iso()})
         pipe = self.r.pipeline(transaction=False)
         pipe.zadd(WORKERS_KEY, {hostname: time.time() + ttl_s})
         pipe.hset(WORKERS_INFO_KEY, hostname, info)
+        if instance is not None:
+            pipe.set(worker_alive_key(instance), "1", px=int(ttl_s * 1000))
         pipe.execute()
 
     def forget_worker(self, hostname: str) -> None:
@@ -639,6 +799,20 @@ def _strs(values: Iterable[Any]) -> list[str]:
 
 def _str_dict(values: Mapping[Any, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in values.items()}
+
+
+def _task_id_of_unacked(raw: str, task_name: str) -> str | None:
+    """The Celery task id of one kombu unacked entry (JSON [message, exchange, routing key]; protocol 2 keeps
+    the task name and id in the message headers), or None for any other message."""
+    try:
+        message = json.loads(raw)[0]
+        headers = message.get("headers") or {}
+        if headers.get("task") != task_name:
+            return None
+        task_id = headers.get("id")
+    except (ValueError, LookupError, TypeError, AttributeError):
+        return None
+    return task_id if isinstance(task_id, str) else None
 
 
 def _visible(record: Mapping[str, Any], owner: str | None) -> bool:

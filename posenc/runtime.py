@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -201,10 +201,67 @@ def worker_command(queues: Sequence[str], concurrency: int, loglevel: str = "INF
     ]  # fmt: skip
 
 
+ReadyProbe = Callable[[subprocess.Popen[bytes]], bool]
+"""Whether a supervised process has become ready (serves, works); asked of the running process."""
+
+
+def worker_heartbeat_probe(redis_url: str) -> ReadyProbe:
+    """Ready = the worker's heartbeat is in Redis under its own pid (``JobStore.beat_worker``): written by the
+    worker parent once Celery has started its timer, just before it consumes, so a worker that beat can run
+    jobs. ``posenc worker`` runs Celery in its own process, so the heartbeat's pid is the supervised pid."""
+    from posenc.jobstore import JobStore
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=1, socket_timeout=1)
+    store = JobStore(client, ttl_s=1)
+
+    def beat(process: subprocess.Popen[bytes]) -> bool:
+        return any(worker.get("pid") == process.pid for worker in store.live_workers())
+
+    return beat
+
+
+def redis_ping_probe(url: str) -> ReadyProbe:
+    """Ready = the redis-server answers PING (what :func:`start_redis` waits for)."""
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+
+    def ping(_process: subprocess.Popen[bytes]) -> bool:
+        return bool(client.ping())
+
+    return ping
+
+
+@dataclass
+class Backoff:
+    """Restart delays for a process that dies before it became ready: ``first`` doubling up to ``most``."""
+
+    first: float = 1.0
+    most: float = 30.0
+    next: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.next = self.first
+
+    def after_crash(self) -> float:
+        """The delay before restarting a process that never became ready; the next one is twice as long."""
+        delay = self.next
+        self.next = min(self.next * 2, self.most)
+        return delay
+
+    def after_healthy(self) -> float:
+        """No delay for a process that had been ready: its death is a fault of the moment (a kill, the OOM
+        killer, a lost node), not a start that cannot succeed, and every second without it is downtime."""
+        self.next = self.first
+        return 0.0
+
+
 class SupervisedProcess:
     """Runs a command and starts it again when it dies, until :meth:`stop`.
 
-    Restarts back off from 1 s to 30 s so a worker that cannot start (Redis gone) does not spin. The child gets
+    The restart fits the failure. A process that had become ready (``ready`` answered true while it ran, or it
+    lived ``healthy_after_s``) is restarted at once and the back-off is reset: a worker killed every 10 s is
+    back within its start time, not after 30 s. A process that dies before it became ready is in a crash loop
+    (Redis gone, a bad setting): restarts back off from 1 s to 30 s so it does not spin. The child gets
     ``death_signal`` when this process dies without calling :meth:`stop` (kill -9, a crash): SIGKILL by
     default, because a child that shuts down gracefully may wait forever on a Redis that died at the same time.
     """
@@ -216,11 +273,19 @@ class SupervisedProcess:
         log_path: Path,
         name: str,
         death_signal: signal.Signals = signal.SIGKILL,
+        *,
+        ready: ReadyProbe | None = None,
+        ready_poll_s: float = 0.2,
+        healthy_after_s: float = 60.0,
+        backoff: Backoff | None = None,
     ) -> None:
         self.argv, self.env, self.log_path, self.name = argv, env, log_path, name
         self.death_signal = death_signal
+        self.ready, self.ready_poll_s, self.healthy_after_s = ready, ready_poll_s, healthy_after_s
+        self.backoff = backoff or Backoff()
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self.readies = 0  # how many of the processes started so far became ready
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name=f"supervise-{name}", daemon=True)
@@ -249,22 +314,48 @@ class SupervisedProcess:
             log.close()
 
     def _watch(self) -> None:
-        backoff = 1.0
         while not self._stopping.is_set():
             process = self.process
             assert process is not None
-            started = time.monotonic()
-            code = process.wait()
+            became_ready = self._wait_for_exit(process)
             if self._stopping.is_set():
                 return
-            if time.monotonic() - started > 60:
-                backoff = 1.0
-            logger.warning("%s exited with %s; restarting in %.0f s", self.name, code, backoff)
-            if self._stopping.wait(backoff):
+            delay = self.backoff.after_healthy() if became_ready else self.backoff.after_crash()
+            logger.warning(
+                "%s exited with %s %s; restarting in %.0f s",
+                self.name,
+                process.returncode,
+                "after it had been ready" if became_ready else "before it became ready",
+                delay,
+            )
+            if self._stopping.wait(delay):
                 return
-            backoff = min(backoff * 2, 30.0)
             self.restarts += 1
             self._spawn()
+
+    def _wait_for_exit(self, process: subprocess.Popen[bytes]) -> bool:
+        """Wait for ``process`` to exit, asking the probe every ``ready_poll_s`` until it is ready; returns
+        whether it became ready before it exited."""
+        started = time.monotonic()
+        while True:
+            try:
+                process.wait(self.ready_poll_s)
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            if self._is_ready(process) or time.monotonic() - started >= self.healthy_after_s:
+                self.readies += 1
+                process.wait()
+                return True
+
+    def _is_ready(self, process: subprocess.Popen[bytes]) -> bool:
+        if self.ready is None:
+            return False
+        try:
+            return self.ready(process)
+        except Exception:  # a probe that cannot tell (Redis restarting, say) means not ready yet
+            logger.debug("%s: readiness probe failed", self.name, exc_info=True)
+            return False
 
     def stop(self, grace_s: float, sig: int = signal.SIGTERM) -> None:
         """Signal the process, wait ``grace_s``, then kill its whole process group (its pool children too)."""

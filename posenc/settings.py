@@ -90,6 +90,11 @@ class Settings(BaseSettings):
 
     # ---- jobs
     worker_concurrency: int = Field(default=1, ge=1, description="jobs one worker runs at once")
+    worker_preload: bool = Field(
+        default=True,
+        description="import torch and the job code in the worker parent (no torch op, no CUDA) so that each "
+        "job's fresh process is a cheap fork; false: each job's process imports them itself (about 1.5 s)",
+    )
     job_soft_time_limit_s: int = Field(default=4 * 3600 - 300, description="a job is stopped cleanly after this")
     job_time_limit_s: int = Field(default=4 * 3600, description="a job's process is killed after this")
     job_max_attempts: int = Field(default=3, ge=1, description="deliveries before a job is failed for good")
@@ -114,6 +119,12 @@ class Settings(BaseSettings):
         description="a queued job whose message is still unpublished after this is published by a worker sweep",
     )
     job_progress_interval_s: float = Field(default=0.5, ge=0, description="least time between progress writes")
+    test_pause_before_claim_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="TEST ONLY: the task sleeps this long before claiming its job, so a test can kill the worker "
+        "between taking the message and the claim; leave it at 0",
+    )
     job_poll_after_s: int = Field(default=2, ge=1, description="Retry-After hint while a job is not terminal")
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=1, description="how long an Idempotency-Key is kept")
     max_active_jobs_per_key: int = Field(

@@ -1,5 +1,5 @@
-"""The Celery app. Import-light on purpose: the gateway imports it to publish and the worker parent imports it
-before forking, so nothing here (or in what it imports) may import torch or touch CUDA.
+"""The Celery app. Import-light on purpose: the gateway imports it to publish, so nothing here (or in what it
+imports) may import torch or touch CUDA; the worker parent loads torch separately (``workers.signals``).
 
 Configuration is read from ``posenc.settings`` lazily (on first use of ``app.conf``), so that the ``posenc``
 command can set ``POSENC_REDIS_URL`` after import and before the app is used.
@@ -62,7 +62,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         # A fresh process per job: GPU memory and the heap are returned at exit, CUDA is only ever initialised
-        # in a child. The child imports torch while idle (workers.signals): longer than the 4 s default.
+        # in a child. Children fork from a parent that already imported torch (workers.signals), so they start
+        # in milliseconds; with worker_preload off a child imports torch itself, longer than the 4 s default.
         "worker_pool": "prefork",
         "worker_max_tasks_per_child": 1,
         "worker_concurrency": settings.worker_concurrency,

@@ -9,6 +9,30 @@ same id. The task resumes from its checkpoint; the fencing token makes the late 
 The same sweep publishes queued jobs whose message was never confirmed published ``job_publish_grace_s``
 after they were queued: the gateway (or a sweeper) died between writing the record and publishing.
 
+A job can also be stranded *before* it has a lease: the consumer (parent) has taken its message (kombu moved
+it to its ``unacked`` hash, where only the visibility timeout brings it back) but the task has not claimed the
+job yet, e.g. while a fresh prefork child starts. So the consumer marks the job taken by this worker instance
+the moment it receives the message (``task_received``), the claim clears the mark, and the sweep requeues jobs
+whose taker's liveness key expired. The same sweep removes unacked entries of terminal jobs (they could only
+redeliver a finished job hours later), and requeues a job whose unacked entry is older than the grace with no
+mark and no lease (its consumer died between kombu's write and the mark).
+
+Recovery bound. A job whose worker dies is published again within, after the death:
+
+- taken, not claimed: liveness TTL (3 x ``worker_heartbeat_interval_s``) + ``job_sweep_interval_s``
+  = 3 x 5 + 15 = 30 s with the defaults;
+- running or writing its result (``finish`` is one script: it committed or it did not): ``job_lease_ttl_s`` +
+  ``job_sweep_interval_s`` = 30 + 15 = 45 s;
+- taken, in the microseconds between kombu's unacked write and the mark: ``job_publish_grace_s`` +
+  ``job_sweep_interval_s`` = 30 + 15 = 45 s;
+- not taken yet: the message is still in the queue; nothing to recover.
+
+So 45 s with the defaults, whatever the visibility timeout, provided one worker of the job's queue is alive
+to sweep (a worker that starts sweeps at once); then it runs as soon as such a worker is free (behind the jobs
+queued before it), after that worker's child start. Not covered: kombu's own BRPOP-to-unacked write (the
+message is popped, then written to ``unacked`` in the next round trip): a kill in between loses the message in
+any Celery-on-Redis set-up; the job stays ``queued``.
+
 The same timer writes this worker's heartbeat, which ``/readyz`` reads. Both run on the worker's own timer
 (the event loop of the parent process), not in a thread: the parent forks a child per job, and forking while
 another thread holds a lock (a Redis connection pool's, say) could deadlock the child.
@@ -17,35 +41,93 @@ another thread holds a lock (a Redis connection pool's, say) could deadlock the 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, ClassVar
 
 from celery import Celery, bootsteps
+from celery.signals import task_received
 
 from posenc.jobstore import JobStore, store_from_settings
 from posenc.settings import get_settings
+from workers.names import RUN_JOB
 from workers.publish import publish_job
 
 logger = logging.getLogger(__name__)
 
+# One per worker process start (the children inherit it and never use it). Celery's hostname is not enough:
+# a worker restarted in the same container gets the same pid, hence the same name, and must not vouch for the
+# jobs its dead predecessor had taken.
+_INSTANCE_TOKEN = uuid.uuid4().hex[:12]
+
+
+def worker_instance(hostname: str) -> str:
+    """This worker process's identity in ``jobs:taken`` and its liveness key."""
+    return f"{hostname}#{_INSTANCE_TOKEN}"
+
+
+def liveness_ttl_s(heartbeat_interval_s: float) -> float:
+    """Three missed beats and the worker counts as gone (readiness and taken-job recovery alike)."""
+    return 3 * heartbeat_interval_s
+
 
 def sweep_orphaned_jobs(app: Celery, store: JobStore, publish_grace_s: float) -> list[str]:
-    """Re-publish every running job whose lease expired, and every queued job whose message was never
-    published (its publisher died in between); returns their ids."""
+    """Re-publish every job a dead worker left behind (see the module docstring for the four ways) and every
+    queued job whose message was never published (its publisher died in between); returns their ids. Removes
+    kombu's unacked entries of terminal jobs on the way."""
     requeued = []
     for job_id in store.active_job_ids():
-        if store.requeue_if_orphaned(job_id) != "requeued":
-            continue
-        queue = store.queue_of(job_id) or "cpu"
-        publish_job(app, job_id, queue)
-        store.mark_published(job_id)
-        logger.warning("job %s: its worker was lost (lease expired); requeued on %r", job_id, queue)
-        requeued.append(job_id)
+        if store.requeue_if_orphaned(job_id) == "requeued":
+            _republish(app, store, job_id, "its worker was lost (lease expired)")
+            requeued.append(job_id)
+    for job_id, instance in store.taken_jobs().items():
+        if store.requeue_if_unclaimed(job_id, instance) == "requeued":
+            _republish(app, store, job_id, f"{instance} took it and was lost before the claim")
+            requeued.append(job_id)
+    requeued += _settle_unacked(app, store, publish_grace_s)
     for job_id in store.take_unpublished(publish_grace_s):
         queue = store.queue_of(job_id) or "cpu"
         publish_job(app, job_id, queue)
         logger.warning("job %s: queued but never published; published on %r", job_id, queue)
         requeued.append(job_id)
     return requeued
+
+
+def _republish(app: Celery, store: JobStore, job_id: str, why: str) -> None:
+    """Publish a job that a requeue script put back to ``queued`` (and into ``jobs:unpublished``: if this
+    process dies before the publish, the unpublished sweep publishes it)."""
+    queue = store.queue_of(job_id) or "cpu"
+    publish_job(app, job_id, queue)
+    store.mark_published(job_id)
+    logger.warning("job %s: %s; requeued on %r", job_id, why, queue)
+
+
+def _settle_unacked(app: Celery, store: JobStore, grace_s: float) -> list[str]:
+    """Walk kombu's unacked messages of posenc jobs: drop those of terminal jobs, requeue the job of one taken
+    by a consumer that died before it could mark it (see ``JobStore.settle_unacked``)."""
+    requeued = []
+    for tag, job_id in store.unacked_job_ids(RUN_JOB).items():
+        outcome = store.settle_unacked(tag, job_id, grace_s)
+        if outcome == "dropped":
+            logger.info("job %s: removed its stale unacked message %s (the job has ended)", job_id, tag)
+        elif outcome == "requeued":
+            _republish(app, store, job_id, "its message was taken by a worker that was lost before marking it")
+            requeued.append(job_id)
+    return requeued
+
+
+def _mark_taken(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """``task_received``, in the consumer (the worker parent) as soon as a message is taken: from now until the
+    claim, only this mark says which worker holds the job. A failure is logged, not raised: the unacked sweep
+    (``job_publish_grace_s``) is the fallback."""
+    if request is None or getattr(request, "name", None) != RUN_JOB:
+        return
+    hostname = getattr(sender, "hostname", None) or getattr(request, "hostname", None) or "worker"
+    try:
+        settings = get_settings()
+        ttl_s = liveness_ttl_s(settings.worker_heartbeat_interval_s)
+        store_from_settings(settings).mark_taken(str(request.id), worker_instance(hostname), ttl_s)
+    except Exception:
+        logger.exception("job %s: could not mark it taken", getattr(request, "id", "?"))
 
 
 def _consumed_queues(worker: Any) -> list[str]:
@@ -63,6 +145,8 @@ class JobRecoveryStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self._timers: list[Any] = []
+        # Connected here, in worker processes only: the gateway imports this module too.
+        task_received.connect(_mark_taken, weak=False, dispatch_uid="posenc.mark_taken")
 
     def start(self, worker: Any) -> None:
         settings = get_settings()
@@ -77,16 +161,22 @@ class JobRecoveryStep(bootsteps.StartStopStep):  # type: ignore[misc]
             timer.cancel()
         self._timers = []
         try:
-            store_from_settings(get_settings()).forget_worker(worker.hostname)
-        except Exception:  # Redis may be the thing that is going away
-            logger.info("could not remove the heartbeat of %s", worker.hostname)
+            store = store_from_settings(get_settings())
+            store.forget_worker(worker.hostname)
+            # kombu puts the messages this worker took and never started back on the queue as it closes; their
+            # marks go too, or the sweep would publish each of those jobs a second time
+            store.release_taken(worker_instance(worker.hostname))
+        except Exception:  # Redis may be the thing that is going away; the sweep then recovers the jobs
+            logger.info("could not remove the heartbeat and taken marks of %s", worker.hostname)
 
     def _beat(self, worker: Any) -> None:
         settings = get_settings()
         try:
-            # Three missed beats and the worker counts as gone.
             store_from_settings(settings).beat_worker(
-                worker.hostname, _consumed_queues(worker), ttl_s=3 * settings.worker_heartbeat_interval_s
+                worker.hostname,
+                _consumed_queues(worker),
+                ttl_s=liveness_ttl_s(settings.worker_heartbeat_interval_s),
+                instance=worker_instance(worker.hostname),
             )
         except Exception:
             logger.exception("worker heartbeat failed")

@@ -1,18 +1,25 @@
-"""Worker signal handlers: per-child torch set-up, and a recovery sweep when a worker comes up.
+"""Worker signal handlers: torch imported once in the parent, per-child torch set-up, and a recovery sweep when
+a worker comes up.
 
-Imported by the worker only (``include`` in workers.app). Nothing here runs torch or CUDA in the parent:
-``worker_process_init`` runs in each freshly forked child.
+Imported by the worker only (``include`` in workers.app). Each job runs in a process of its own
+(``worker_max_tasks_per_child = 1``) forked from the worker parent. So that this fork, not a fresh interpreter
+importing torch (about 1.5 s), is what a job waits for, the parent *imports* torch and the job code before the
+pool forks (``worker_init``, setting ``worker_preload``), and does nothing else with torch: no tensor, no CUDA
+call, no thread pool (it imports with one OpenMP/MKL thread), so every child starts from the same freshly
+imported state, with no CUDA context to inherit. Thread counts are set in each child (``worker_process_init``).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import task_prerun, worker_init, worker_process_init, worker_ready
 
 from posenc.jobstore import store_from_settings
 from posenc.settings import get_settings
@@ -43,22 +50,100 @@ def torch_threads_per_child() -> int:
     return max(1, available_cpus() // settings.worker_concurrency)
 
 
+def native_threads() -> int:
+    """Threads of this process as the kernel counts them (OpenMP and torch pools included), Linux only."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+def cuda_initialized() -> bool:
+    """Whether this process (or, in a fresh fork, its parent) has initialised CUDA; imports torch."""
+    import torch
+
+    return bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+
+
+def _import_job_code() -> None:
+    """torch and every module a job imports lazily (``workers.tasks``): after this a job imports nothing."""
+    import torch  # noqa: F401
+
+    try:
+        import posenc.compute
+        import posenc.training.jobs  # noqa: F401
+    except ImportError:
+        logger.warning("the job code is not importable; jobs will fail until it is")
+
+
+def preload_in_parent(**_: Any) -> None:
+    """``worker_init``, in the worker parent before the pool forks: import torch and the job code, and only
+    that, so that each job's fresh child is a cheap fork of an already-imported interpreter.
+
+    One OpenMP/MKL thread while importing: torch otherwise starts an OpenMP thread at import, and a thread
+    pool is state a child must not inherit (its threads do not survive the fork). Each child sets its own
+    thread count. Refuses to go on if the import initialised CUDA: every child would inherit a broken context.
+    """
+    if not get_settings().worker_preload:
+        return
+    started, threads_before = time.monotonic(), native_threads()
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"  # the parent's value; children set theirs in _set_up_child
+    _import_job_code()
+    import torch
+
+    if cuda_initialized():
+        raise RuntimeError("importing the job code initialised CUDA in the worker parent; children cannot use it")
+    # The imported objects are shared by every child until written to, and a cyclic collection in a child
+    # writes to every object it walks (its refcount, its GC link): freezing them keeps them out of the child's
+    # collections, so a fork stays a cheap fork (what gc.freeze is for).
+    gc.freeze()
+    _preload_report.append(
+        f"preloaded torch {torch.__version__} and the job code in the worker parent in "
+        f"{time.monotonic() - started:.2f} s (CUDA initialised: {cuda_initialized()}, "
+        f"threads {threads_before} -> {native_threads()})"
+    )
+
+
+_preload_report: list[str] = []  # logged once the worker's logging is set up (worker_init comes before it)
+
+
+def _log_preload(**_: Any) -> None:
+    for line in _preload_report:
+        logger.info("%s", line)
+
+
 def _set_up_child(**_: Any) -> None:
-    """In the child, before any job: thread count, then torch and the training code imported while idle.
+    """In the child, before any job: thread count, then torch and the training code (already there when the
+    parent preloaded them; imported here, while idle, when it did not).
 
     No global seeding: each job seeds its own generators from its spec, so a run is reproducible regardless
     of what ran before in this process.
     """
     threads = torch_threads_per_child()
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # for what this child starts; torch is told below
     os.environ["MKL_NUM_THREADS"] = str(threads)
+    _import_job_code()
     import torch
 
     torch.set_num_threads(threads)
-    try:
-        import posenc.training.jobs  # noqa: F401  (warm import: the first job starts at once)
-    except ImportError:
-        logger.warning("posenc.training.jobs is not importable yet; jobs will fail until it is")
+    if cuda_initialized():  # a fresh fork sees the parent's state: the parent touched CUDA
+        logger.error("process %d: CUDA was initialised in the worker parent; GPU jobs here will fail", os.getpid())
+
+
+def _log_job_process(task_id: str | None = None, args: Any = None, **_: Any) -> None:
+    """``task_prerun``, in the child: which process runs which job, the record of one process per job."""
+    job_id = args[0] if args else "?"
+    import torch
+
+    logger.info(
+        "job %s runs in process %d (worker parent %d, %d intra-op threads, CUDA initialised before the job: %s)",
+        job_id,
+        os.getpid(),
+        os.getppid(),
+        torch.get_num_threads(),
+        cuda_initialized(),
+    )
 
 
 def _recover_on_start(sender: Any = None, **_: Any) -> None:
@@ -76,5 +161,8 @@ def _recover_on_start(sender: Any = None, **_: Any) -> None:
         logger.exception("recovery sweep at start failed")
 
 
+worker_init.connect(preload_in_parent, weak=False)
 worker_process_init.connect(_set_up_child, weak=False)
+task_prerun.connect(_log_job_process, weak=False)
 worker_ready.connect(_recover_on_start, weak=False)
+worker_ready.connect(_log_preload, weak=False)

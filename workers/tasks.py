@@ -10,8 +10,10 @@ re-publish after a lost worker, a late redelivery after the visibility timeout).
 - training resumes from ``<artifact_dir>/<job_id>/checkpoints``, so a rerun continues where the last stopped;
   a compute job that finds its ``result.json`` returns it.
 
-Module import must stay torch-free: the worker parent imports it before forking. ``run_job`` and
-``run_compute_job`` are imported in the child (``run_job`` warm-imported by ``workers.signals`` while idle).
+Module import stays torch-free because the gateway side of Celery never needs torch; the worker parent loads
+torch and the job code itself before the pool forks (``workers.signals``, ``worker_preload``) and runs no torch
+operation, so each job's fresh child starts with them imported. ``run_job`` and ``run_compute_job`` are
+imported where they are called.
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ def _claim(store: JobStore, job_id: str, worker: str, settings: Settings) -> Cla
 def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
     settings = get_settings()
     store = store_from_settings(settings)
+    if settings.test_pause_before_claim_s:  # test-only: makes "taken, not claimed yet" a moment a test can hit
+        time.sleep(settings.test_pause_before_claim_s)
     claim = _claim(store, job_id, self.request.hostname or "worker", settings)
     if claim.outcome != "claimed":
         logger.info("job %s: not run (%s %s)", job_id, claim.outcome, claim.status or "")

@@ -180,16 +180,17 @@ class Worker:
 
 @pytest.fixture
 def start_worker(job_env: dict[str, str], tmp_path: Path, store: JobStore) -> Iterator[Callable[[], Worker]]:
-    """Starts ``posenc worker --queues cpu`` (a real Celery prefork worker) and waits for its heartbeat."""
+    """Starts ``posenc worker --queues cpu`` (a real Celery prefork worker) and waits for its heartbeat;
+    ``extra_env`` adds POSENC_* settings for this worker only."""
     started: list[Worker] = []
 
-    def start() -> Worker:
+    def start(extra_env: dict[str, str] | None = None) -> Worker:
         log = tmp_path / f"worker-{len(started)}.log"
         with log.open("wb") as out:  # the child keeps its own descriptor
             process = subprocess.Popen(
                 [PYTHON, "-m", "posenc.cli", "worker", "--queues", "cpu", "--concurrency", "1"],
                 cwd=REPO,
-                env=job_env,
+                env=job_env | (extra_env or {}),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
