@@ -21,6 +21,8 @@ Keys (all under ``posenc:``):
 - ``workers``             zset hostname -> heartbeat deadline (s); ``workers:info`` hash hostname -> JSON
 - ``jobs:taken``          hash id -> worker instance: the job's message was taken by that worker's consumer and
   not claimed yet (the claim removes it). Closes the gap the lease cannot see: between taking and claiming
+- ``jobs:queued``         zset id -> last (re)publish (ms) of every queued job: the lost-message sweep's
+  candidates (the claim, cancel and failure scripts remove the id; a requeue sets it anew)
 - ``worker:{instance}:alive`` set with a TTL by the worker's heartbeat (and on every take); one instance per
   worker *process* (hostname plus a per-start token), so a restarted worker with the same hostname is not
   mistaken for the one that died
@@ -56,6 +58,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import redis
+from kombu.transport import redis as kombu_redis
 
 from posenc.schemas.jobs import TERMINAL_STATUSES, Artifact, Job, JobProgress
 from posenc.settings import Settings
@@ -68,10 +71,15 @@ UNPUBLISHED_KEY = PREFIX + "jobs:unpublished"
 WORKERS_KEY = PREFIX + "workers"
 WORKERS_INFO_KEY = PREFIX + "workers:info"
 TAKEN_KEY = PREFIX + "jobs:taken"
+# queued jobs, scored by when their message was last (re)published (ms): the lost-message sweep's candidates
+QUEUED_KEY = PREFIX + "jobs:queued"
 # kombu's Redis transport keeps every delivered, unacknowledged message here (its defaults: Celery's
 # configuration in workers.app sets no global_keyprefix and no other names).
 KOMBU_UNACKED_KEY = "unacked"
 KOMBU_UNACKED_INDEX_KEY = "unacked_index"
+# A queue's messages wait in one list per priority step: the queue's name for priority 0, name + sep + step else.
+KOMBU_PRIORITY_STEPS = tuple(kombu_redis.PRIORITY_STEPS)
+KOMBU_PRIORITY_SEP = kombu_redis.Channel.sep
 OWNER_PREFIX = PREFIX + "owner:"
 ANONYMOUS = "anonymous"  # the one owner when no API keys are configured
 CHECKPOINT_DIR_NAME = "checkpoints"
@@ -144,7 +152,7 @@ local function release_slot(record, job_id)
 end
 """
 
-# KEYS: record tomb events index unpublished owner_index owner_active
+# KEYS: record tomb events index unpublished owner_index owner_active queued
 # ARGV: job_id now now_ms ttl_s tomb_json max_active(0: no limit) horizon_ms tomb_ttl_s field value...
 # Returns {'created'} or {'limit', active}. Before counting, ids whose record ended or expired leave the set.
 _CREATE = (
@@ -166,11 +174,12 @@ redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', ARGV[7])
 redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
 redis.call('SADD', KEYS[7], ARGV[1])
+redis.call('ZADD', KEYS[8], ARGV[3], ARGV[1])
 return {{'created'}}
 """
 )
 
-# KEYS: record lease fence active events cancel tomb taken
+# KEYS: record lease fence active events cancel tomb taken queued
 # ARGV: now worker lease_ms max_attempts job_id ttl_s tomb_ttl_s
 # Whatever the outcome, the message reached its task: the taken marker's job is done (from here the lease, or
 # the job's end, says what happens next).
@@ -179,6 +188,7 @@ _CLAIM = (
     + _RELEASE_SLOT_LUA
     + """
 redis.call('HDEL', KEYS[8], ARGV[5])
+redis.call('ZREM', KEYS[9], ARGV[5])
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if terminal[status] then return {'terminal', status} end
@@ -250,7 +260,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# KEYS: record cancel active events ; ARGV: now ttl_s job_id
+# KEYS: record cancel active events queued ; ARGV: now ttl_s job_id
 _CANCEL = (
     _TERMINAL_LUA
     + _RELEASE_SLOT_LUA
@@ -263,6 +273,7 @@ if status == 'queued' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[3], ARGV[3])
   release_slot(KEYS[1], ARGV[3])
+  redis.call('ZREM', KEYS[5], ARGV[3])
   redis.call('RPUSH', KEYS[4], 'cancelled while queued|' .. ARGV[1])
   return 'cancelled'
 end
@@ -271,7 +282,7 @@ return 'requested'
 """
 )
 
-# KEYS: record lease active events cancel unpublished ; ARGV: now job_id now_ms
+# KEYS: record lease active events cancel unpublished queued ; ARGV: now job_id now_ms
 _REQUEUE_IF_ORPHANED = (
     _TERMINAL_LUA
     + _RELEASE_SLOT_LUA
@@ -293,6 +304,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[1], 'requeued_ms', ARGV[3])
 redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
+redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2])
 redis.call('RPUSH', KEYS[4], 'requeued (lease expired)|' .. ARGV[1])
 return 'requeued'
 """
@@ -323,7 +335,7 @@ redis.call('RPUSH', KEYS[4], 'taken by ' .. ARGV[2] .. '|' .. ARGV[4])
 return 1
 """
 
-# KEYS: taken alive record events unpublished ; ARGV: job_id instance now now_ms
+# KEYS: taken alive record events unpublished queued ; ARGV: job_id instance now now_ms
 # The worker instance that took the job's message is gone (its liveness key expired) and never claimed the
 # job: the message sits in kombu's unacked hash until the visibility timeout. Requeue it now.
 _REQUEUE_IF_UNCLAIMED = """
@@ -333,11 +345,12 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 if redis.call('HGET', KEYS[3], 'status') ~= 'queued' then return 'gone' end
 redis.call('HSET', KEYS[3], 'updated_at', ARGV[3], 'requeued_ms', ARGV[4])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 redis.call('RPUSH', KEYS[4], 'requeued (worker lost before the claim: ' .. ARGV[2] .. ')|' .. ARGV[3])
 return 'requeued'
 """
 
-# KEYS: unacked unacked_index record lease taken events unpublished
+# KEYS: unacked unacked_index record lease taken events unpublished queued
 # ARGV: delivery_tag job_id now_ms grace_ms now
 # One entry of kombu's unacked hash whose message is this job's:
 # - the job is terminal: the entry can only ever redeliver a finished job, hours later: remove it ('dropped');
@@ -362,18 +375,42 @@ if taken_ms == 0 or taken_ms > tonumber(ARGV[3]) - tonumber(ARGV[4]) then return
 if taken_ms <= tonumber(redis.call('HGET', KEYS[3], 'requeued_ms') or '0') then return 'kept' end
 redis.call('HSET', KEYS[3], 'updated_at', ARGV[5], 'requeued_ms', ARGV[3])
 redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2])
+redis.call('ZADD', KEYS[8], ARGV[3], ARGV[2])
 redis.call('RPUSH', KEYS[6], 'requeued (worker lost as it took the message)|' .. ARGV[5])
 return 'requeued'
 """
 )
 
-# KEYS: record unpublished events ; ARGV: now error job_id
+# KEYS: queued record lease taken unpublished events ; ARGV: job_id now_ms grace_ms now
+# A queued job that the caller found in no queue list and no unacked entry. Its message is gone: Redis lost the
+# last second of writes (appendfsync everysec) when it was killed, or a consumer died between kombu's BRPOP and
+# its unacked write. If the job is still queued, was last (re)published more than grace_ms ago, and no worker
+# holds it (no lease, no taken mark) and no publish is pending, publish it again ('requeued'). A job that is no
+# longer queued leaves the index ('gone').
+_REQUEUE_IF_LOST = """
+if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 'gone'
+end
+local published_ms = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or ARGV[2])
+if published_ms > tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 'recent' end
+if redis.call('EXISTS', KEYS[3]) == 1 or redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'held' end
+if redis.call('ZSCORE', KEYS[5], ARGV[1]) then return 'unpublished' end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], 'updated_at', ARGV[4], 'requeued_ms', ARGV[2])
+redis.call('RPUSH', KEYS[6], 'requeued (its message was lost: in no queue and held by no worker)|' .. ARGV[4])
+return 'requeued'
+"""
+
+# KEYS: record unpublished events queued ; ARGV: now error job_id
 _FAIL_UNPUBLISHED = (
     _RELEASE_SLOT_LUA
     + """
 redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[2], 'finished_at', ARGV[1], 'updated_at', ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[3])
 release_slot(KEYS[1], ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[3])
 redis.call('RPUSH', KEYS[3], 'failed (not published)|' .. ARGV[1])
 """
 )
@@ -443,6 +480,7 @@ class JobStore:
         self._settle_unacked = client.register_script(_SETTLE_UNACKED)
         self._create = client.register_script(_CREATE)
         self._fail_unpublished = client.register_script(_FAIL_UNPUBLISHED)
+        self._requeue_lost = client.register_script(_REQUEUE_IF_LOST)
         self._release_idempotency = client.register_script(_RELEASE_IDEMPOTENCY)
 
     # ---- gateway side
@@ -483,6 +521,7 @@ class JobStore:
                 UNPUBLISHED_KEY,
                 owner_index_key(owner),
                 owner_active_key(owner),
+                QUEUED_KEY,
             ],
             args=[
                 job_id,
@@ -523,7 +562,9 @@ class JobStore:
     def fail_unpublished(self, job_id: str, error: str) -> None:
         """The record was written but the message could not be published: say so instead of queued forever."""
         k = _keys(job_id)
-        self._fail_unpublished(keys=[k["record"], UNPUBLISHED_KEY, k["events"]], args=[now_iso(), error, job_id])
+        self._fail_unpublished(
+            keys=[k["record"], UNPUBLISHED_KEY, k["events"], QUEUED_KEY], args=[now_iso(), error, job_id]
+        )
 
     def reserve_idempotency_key(self, key: str, job_id: str, fingerprint: str, *, owner: str = ANONYMOUS) -> str | None:
         """Bind ``key`` to ``job_id`` in ``owner``'s namespace unless it is bound already; returns the earlier job
@@ -604,7 +645,8 @@ class JobStore:
     def cancel(self, job_id: str) -> Literal["missing", "terminal", "cancelled", "requested"]:
         k = _keys(job_id)
         return self._cancel(  # type: ignore[no-any-return]
-            keys=[k["record"], k["cancel"], ACTIVE_KEY, k["events"]], args=[now_iso(), self.ttl_s, job_id]
+            keys=[k["record"], k["cancel"], ACTIVE_KEY, k["events"], QUEUED_KEY],
+            args=[now_iso(), self.ttl_s, job_id],
         )
 
     def events(self, job_id: str) -> list[str]:
@@ -616,7 +658,17 @@ class JobStore:
         """Take the job for one attempt: a new fencing token, attempts+1, status running, the lease set."""
         k = _keys(job_id)
         reply = self._claim(
-            keys=[k["record"], k["lease"], k["fence"], ACTIVE_KEY, k["events"], k["cancel"], k["tomb"], TAKEN_KEY],
+            keys=[
+                k["record"],
+                k["lease"],
+                k["fence"],
+                ACTIVE_KEY,
+                k["events"],
+                k["cancel"],
+                k["tomb"],
+                TAKEN_KEY,
+                QUEUED_KEY,
+            ],
             args=[
                 now_iso(),
                 worker,
@@ -683,7 +735,7 @@ class JobStore:
         k = _keys(job_id)
         return str(
             self._requeue(
-                keys=[k["record"], k["lease"], ACTIVE_KEY, k["events"], k["cancel"], UNPUBLISHED_KEY],
+                keys=[k["record"], k["lease"], ACTIVE_KEY, k["events"], k["cancel"], UNPUBLISHED_KEY, QUEUED_KEY],
                 args=[now_iso(), job_id, int(time.time() * 1000)],
             )
         )
@@ -718,7 +770,7 @@ class JobStore:
         k = _keys(job_id)
         return str(
             self._requeue_unclaimed(
-                keys=[TAKEN_KEY, worker_alive_key(instance), k["record"], k["events"], UNPUBLISHED_KEY],
+                keys=[TAKEN_KEY, worker_alive_key(instance), k["record"], k["events"], UNPUBLISHED_KEY, QUEUED_KEY],
                 args=[job_id, instance, now_iso(), int(time.time() * 1000)],
             )
         )
@@ -746,8 +798,37 @@ class JobStore:
                     TAKEN_KEY,
                     k["events"],
                     UNPUBLISHED_KEY,
+                    QUEUED_KEY,
                 ],
                 args=[delivery_tag, job_id, int(time.time() * 1000), int(grace_s * 1000), now_iso()],
+            )
+        )
+
+    def queued_before(self, older_than_s: float) -> list[str]:
+        """Queued jobs last (re)published more than ``older_than_s`` ago: where a lost message would show."""
+        cutoff = (time.time() - older_than_s) * 1000
+        return _strs(self.r.zrangebyscore(QUEUED_KEY, "-inf", cutoff))
+
+    def queued_message_ids(self, queue: str, task_name: str) -> set[str]:
+        """Job ids of the messages of ``task_name`` waiting in broker queue ``queue`` (every priority list kombu
+        keeps for it)."""
+        found = set()
+        for priority in KOMBU_PRIORITY_STEPS:
+            key = queue if priority == 0 else f"{queue}{KOMBU_PRIORITY_SEP}{priority}"
+            for raw in _strs(self.r.lrange(key, 0, -1)):
+                job_id = _task_id_of_message(raw, task_name)
+                if job_id is not None:
+                    found.add(job_id)
+        return found
+
+    def requeue_if_lost(self, job_id: str, grace_s: float) -> str:
+        """Decide a queued job whose message the caller found nowhere (see ``_REQUEUE_IF_LOST``): ``requeued``
+        (the caller publishes it again), ``recent``, ``held``, ``unpublished`` or ``gone``."""
+        k = _keys(job_id)
+        return str(
+            self._requeue_lost(
+                keys=[QUEUED_KEY, k["record"], k["lease"], TAKEN_KEY, UNPUBLISHED_KEY, k["events"]],
+                args=[job_id, int(time.time() * 1000), int(grace_s * 1000), now_iso()],
             )
         )
 
@@ -802,10 +883,27 @@ def _str_dict(values: Mapping[Any, Any]) -> dict[str, str]:
 
 
 def _task_id_of_unacked(raw: str, task_name: str) -> str | None:
-    """The Celery task id of one kombu unacked entry (JSON [message, exchange, routing key]; protocol 2 keeps
-    the task name and id in the message headers), or None for any other message."""
+    """The Celery task id of one kombu unacked entry (JSON [message, exchange, routing key]), or None for any
+    other message."""
     try:
         message = json.loads(raw)[0]
+    except (ValueError, LookupError, TypeError):
+        return None
+    return _task_id_in(message, task_name)
+
+
+def _task_id_of_message(raw: str, task_name: str) -> str | None:
+    """The Celery task id of one message waiting in a kombu queue list (JSON), or None for any other message."""
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    return _task_id_in(message, task_name)
+
+
+def _task_id_in(message: Any, task_name: str) -> str | None:
+    """Protocol 2 keeps the task name and id in the message headers."""
+    try:
         headers = message.get("headers") or {}
         if headers.get("task") != task_name:
             return None

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     worker_preload: bool = Field(
         default=True,
         description="import torch and the job code in the worker parent (no torch op, no CUDA) so that each "
-        "job's fresh process is a cheap fork; false: each job's process imports them itself (about 1.5 s)",
+        "job's fresh process is a cheap fork; false: each job's process imports them itself (about 3 s)",
     )
     job_soft_time_limit_s: int = Field(default=4 * 3600 - 300, description="a job is stopped cleanly after this")
     job_time_limit_s: int = Field(default=4 * 3600, description="a job's process is killed after this")

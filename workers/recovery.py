@@ -25,13 +25,17 @@ Recovery bound. A job whose worker dies is published again within, after the dea
   ``job_sweep_interval_s`` = 30 + 15 = 45 s;
 - taken, in the microseconds between kombu's unacked write and the mark: ``job_publish_grace_s`` +
   ``job_sweep_interval_s`` = 30 + 15 = 45 s;
-- not taken yet: the message is still in the queue; nothing to recover.
+- not taken yet: the message is still in the queue; nothing to recover;
+- the message itself lost (Redis killed within a second of a publish, with ``appendfsync everysec``; or a
+  consumer killed between kombu's BRPOP and its unacked write): every queued job is in ``jobs:queued``, scored
+  by its last publish, and the sweep publishes again a job queued longer than ``job_publish_grace_s`` whose
+  message is in no queue list and no unacked entry and that no worker holds: ``job_publish_grace_s`` +
+  ``job_sweep_interval_s`` = 45 s.
 
 So 45 s with the defaults, whatever the visibility timeout, provided one worker of the job's queue is alive
 to sweep (a worker that starts sweeps at once); then it runs as soon as such a worker is free (behind the jobs
-queued before it), after that worker's child start. Not covered: kombu's own BRPOP-to-unacked write (the
-message is popped, then written to ``unacked`` in the next round trip): a kill in between loses the message in
-any Celery-on-Redis set-up; the job stays ``queued``.
+queued before it), after that worker's child start. Not covered: a job whose *record* Redis lost (created within
+the last second before Redis was killed, with ``appendfsync everysec``): it is then unknown (404), not stranded.
 
 The same timer writes this worker's heartbeat, which ``/readyz`` reads. Both run on the worker's own timer
 (the event loop of the parent process), not in a thread: the parent forks a child per job, and forking while
@@ -49,7 +53,7 @@ from celery.signals import task_received
 
 from posenc.jobstore import JobStore, store_from_settings
 from posenc.settings import get_settings
-from workers.names import RUN_JOB
+from workers.names import QUEUES, RUN_JOB
 from workers.publish import publish_job
 
 logger = logging.getLogger(__name__)
@@ -84,6 +88,7 @@ def sweep_orphaned_jobs(app: Celery, store: JobStore, publish_grace_s: float) ->
             _republish(app, store, job_id, f"{instance} took it and was lost before the claim")
             requeued.append(job_id)
     requeued += _settle_unacked(app, store, publish_grace_s)
+    requeued += _republish_lost(app, store, publish_grace_s)
     for job_id in store.take_unpublished(publish_grace_s):
         queue = store.queue_of(job_id) or "cpu"
         publish_job(app, job_id, queue)
@@ -111,6 +116,27 @@ def _settle_unacked(app: Celery, store: JobStore, grace_s: float) -> list[str]:
             logger.info("job %s: removed its stale unacked message %s (the job has ended)", job_id, tag)
         elif outcome == "requeued":
             _republish(app, store, job_id, "its message was taken by a worker that was lost before marking it")
+            requeued.append(job_id)
+    return requeued
+
+
+def _republish_lost(app: Celery, store: JobStore, grace_s: float) -> list[str]:
+    """Publish again every queued job whose message is nowhere: in no queue list, no unacked entry, and no
+    worker holds the job (see ``JobStore.requeue_if_lost``). kombu moves a message from its queue list to
+    ``unacked``, so unacked is read before and after the queues: a message that moves between two reads is
+    still seen once. A message popped by a live consumer that has not written its unacked entry yet can be
+    missed; it is then published twice, which is harmless (a job is claimed once, the fence refuses the rest)."""
+    candidates = store.queued_before(grace_s)
+    if not candidates:
+        return []
+    seen = set(store.unacked_job_ids(RUN_JOB).values())
+    for queue in QUEUES:
+        seen |= store.queued_message_ids(queue, RUN_JOB)
+    seen |= set(store.unacked_job_ids(RUN_JOB).values())
+    requeued = []
+    for job_id in candidates:
+        if job_id not in seen and store.requeue_if_lost(job_id, grace_s) == "requeued":
+            _republish(app, store, job_id, "its message was lost (in no queue, held by no worker)")
             requeued.append(job_id)
     return requeued
 

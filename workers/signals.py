@@ -1,5 +1,5 @@
-"""Worker signal handlers: torch imported once in the parent, per-child torch set-up, and a recovery sweep when
-a worker comes up.
+"""Worker signal handlers: torch imported once in the parent, per-child torch set-up, a recovery sweep when a
+worker comes up, and a pool that replaces each job's exited process at once.
 
 Imported by the worker only (``include`` in workers.app). Each job runs in a process of its own
 (``worker_max_tasks_per_child = 1``) forked from the worker parent. So that this fork, not a fresh interpreter
@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from celery.concurrency import prefork
+from celery.concurrency.asynpool import AsynPool
+from celery.concurrency.asynpool import Worker as PoolChild
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_ready
 
 from posenc.jobstore import store_from_settings
@@ -67,13 +70,20 @@ def cuda_initialized() -> bool:
 
 def _import_job_code() -> None:
     """torch and every module a job imports lazily (``workers.tasks``): after this a job imports nothing."""
-    import torch  # noqa: F401
+    import torch
+
+    # torch.optim imports TorchDynamo when the first optimizer is built (about 900 modules, sympy among them):
+    # 1.5 s or more in every job, longer than a tiny job's training.
+    import torch._dynamo  # noqa: F401
 
     try:
         import posenc.compute
         import posenc.training.jobs  # noqa: F401
+        from posenc.training.report import load_plotting
     except ImportError:
         logger.warning("the job code is not importable; jobs will fail until it is")
+        return
+    load_plotting()  # matplotlib, for a benchmark job's plot: a second or so more
 
 
 def preload_in_parent(**_: Any) -> None:
@@ -146,6 +156,55 @@ def _log_job_process(task_id: str | None = None, args: Any = None, **_: Any) -> 
     )
 
 
+CHILD_EXIT_WAIT_S = 1.0  # far longer than the kernel takes between a child closing its files and its exit
+RESULT_READ_WAIT_S = 30.0  # billiard's own bound: 300 checks 0.1 s apart
+
+
+class PromptExitChild(PoolChild):  # type: ignore[misc]
+    """A pool child that exits as soon as the parent has read its result.
+
+    Before exiting, billiard's child waits until the parent has read the result of its last task, checking
+    every 100 ms. The first check comes straight after sending it, before the parent has read it, so every job's
+    process outlived its job by 100 ms, and the job queued behind it waited for that. Checked every millisecond
+    here, to the same bound.
+    """
+
+    def _ensure_messages_consumed(self, completed: int) -> bool:
+        if not self.on_ready_counter:
+            return False
+        deadline = time.monotonic() + RESULT_READ_WAIT_S
+        while self.on_ready_counter.value < completed:
+            if time.monotonic() > deadline:
+                logger.warning("could not ensure all messages were consumed prior to exiting")
+                return False
+            time.sleep(0.001)
+        return True
+
+
+class PromptReplacementPool(AsynPool):  # type: ignore[misc]
+    """Celery's prefork pool, with each job's process replaced as soon as it has ended: the next job waits for
+    a fork (tens of milliseconds), not for the pool's 5 s maintenance timer.
+
+    Celery learns that a child exited when the child's end of a pipe closes, then reaps it and forks a
+    replacement. The pipe closes while the kernel is still tearing the process down, a moment before it can be
+    reaped (most of the time, measured here): Celery then takes the child for alive and replaces it on its next
+    5 s timer (celery/celery#9588). With one process per job, that hit most jobs queued behind another.
+    """
+
+    Worker = PromptExitChild
+
+    def _event_process_exit(self, hub: Any, proc: Any) -> None:
+        deadline = time.monotonic() + CHILD_EXIT_WAIT_S
+        while proc.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.001)  # the child has closed its files: it is exiting, and done within microseconds
+        super()._event_process_exit(hub, proc)
+
+
+def use_prompt_replacement_pool(**_: Any) -> None:
+    """``worker_init``, before the pool exists: ``--pool prefork`` builds a :class:`PromptReplacementPool`."""
+    prefork.TaskPool.Pool = PromptReplacementPool
+
+
 def _recover_on_start(sender: Any = None, **_: Any) -> None:
     """A worker that comes back after a crash requeues what the dead one was running (once leases expire;
     the periodic sweep in workers.recovery catches the ones whose lease is still counting down)."""
@@ -161,6 +220,7 @@ def _recover_on_start(sender: Any = None, **_: Any) -> None:
         logger.exception("recovery sweep at start failed")
 
 
+worker_init.connect(use_prompt_replacement_pool, weak=False)
 worker_init.connect(preload_in_parent, weak=False)
 worker_process_init.connect(_set_up_child, weak=False)
 task_prerun.connect(_log_job_process, weak=False)

@@ -28,15 +28,15 @@ REQUEUE_BOUND_S = 3 * HEARTBEAT_S + SWEEP_S  # liveness TTL + one sweep (workers
 PICKUP_S = 8.0
 
 
-def tiny_job() -> dict[str, Any]:
-    """About a second of work: copy task, 1 layer, dim 32, 2 heads, length 16, 30 steps."""
+def tiny_job(steps: int = 30) -> dict[str, Any]:
+    """About a second of work at 30 steps: copy task, 1 layer, dim 32, 2 heads, length 16."""
     return {
         "kind": "train",
         "spec": {
             "methods": [{"method": "alibi"}],
             "data": {"task": "copy"},
             "model": {"layers": 1, "dim": 32, "heads": 2},
-            "train": {"length": 16, "steps": 30, "batch_size": 8, "warmup_steps": 2, "checkpoint_every": 10},
+            "train": {"length": 16, "steps": steps, "batch_size": 8, "warmup_steps": 2, "checkpoint_every": 10},
             "eval": {"lengths": [16], "samples": 8},
             "device": "cpu",
         },
@@ -103,7 +103,9 @@ def test_a_worker_killed_after_taking_the_message_and_before_the_claim_loses_not
 
 
 JOBS = 24
-KILL_EVERY_S = 3.5
+# Jobs long enough that the kills land while they drain, however fast a warm worker starts them.
+DRILL_STEPS = 400
+KILL_EVERY_S = 2.5
 KILLS = 8
 
 
@@ -118,7 +120,7 @@ def test_repeated_kill_9_of_whole_workers_while_jobs_drain_loses_and_repeats_not
     workers = [start_worker(env), start_worker(env)]
     gateway = start_gateway()
     with gateway.client() as client:
-        job_ids = [client.post("/v1/jobs", json=tiny_job()).json()["id"] for _ in range(JOBS)]
+        job_ids = [client.post("/v1/jobs", json=tiny_job(DRILL_STEPS)).json()["id"] for _ in range(JOBS)]
 
     def all_ended() -> bool:
         return all(_status(store, job_id) not in {"queued", "running"} for job_id in job_ids)

@@ -5,6 +5,8 @@ test plays the consumer, taking messages exactly as kombu's Redis transport does
 - A queued job whose message was taken by a consumer that died before marking it taken (the microseconds
   between kombu's unacked write and ``task_received``) is published again once the entry is older than the
   grace, and only once.
+- A queued job whose message is nowhere (lost by Redis, or popped by a consumer that died before its unacked
+  write) is published again once, and only it: not one waiting, taken, held, running, cancelled or unpublished.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import uuid
 import pytest
 import redis
 
-from posenc.jobstore import KOMBU_UNACKED_INDEX_KEY, KOMBU_UNACKED_KEY, JobStore
+from posenc.jobstore import KOMBU_UNACKED_INDEX_KEY, KOMBU_UNACKED_KEY, QUEUED_KEY, JobStore
 from posenc.settings import Settings
 from workers.app import create_app
 from workers.names import QUEUE_CPU, RUN_JOB
@@ -94,3 +96,45 @@ def test_a_clean_stop_gives_back_only_its_own_marks(store: JobStore) -> None:
         store.mark_taken(job_id, instance, alive_ttl_s=30)
     assert store.release_taken("stopping#1") == 2
     assert store.taken_jobs() == {"b1": "other#1"}
+
+
+def test_a_queued_job_whose_message_is_nowhere_is_published_again_once(redis_url: str, store: JobStore) -> None:
+    """Redis killed within a second of a publish (appendfsync everysec), or a consumer killed between kombu's
+    BRPOP and its unacked write: the job is queued and its message is in no queue list and no unacked entry."""
+    app = create_app(Settings(redis_url=redis_url))
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def queued(job_id: str, *, publish: bool) -> None:
+        store.create(job_id, "compute", {}, QUEUE_CPU)
+        if publish:
+            publish_job(app, job_id, QUEUE_CPU)
+        store.mark_published(job_id)
+
+    queued("taken", publish=True)
+    _take(client, taken_at=time.time())  # a live consumer holds it (unacked) and marked it
+    store.mark_taken("taken", "alive-worker#1", alive_ttl_s=60)
+    queued("waiting", publish=True)  # its message waits in the queue
+    queued("lost", publish=False)  # confirmed published, yet the message is gone
+    queued("held", publish=False)
+    store.mark_taken("held", "alive-worker#1", alive_ttl_s=60)  # popped by a live worker that marked it
+    queued("running", publish=False)
+    assert store.claim("running", worker="w", lease_ttl_s=60, max_attempts=3).outcome == "claimed"
+    queued("cancelled", publish=False)
+    assert store.cancel("cancelled") == "cancelled"
+    store.create("unpublished", "compute", {}, QUEUE_CPU)  # its publish is pending: the unpublished step's
+
+    assert sweep_orphaned_jobs(app, store, GRACE_S) == []  # nothing is older than the grace yet
+    assert sorted(client.zrange(QUEUED_KEY, 0, -1)) == ["held", "lost", "taken", "unpublished", "waiting"]
+    time.sleep(GRACE_S + 0.2)
+
+    assert sweep_orphaned_jobs(app, store, GRACE_S) == ["lost", "unpublished"]
+    assert sorted(_queued_messages(client)) == ["lost", "unpublished", "waiting"]
+    assert any(e.startswith("requeued (its message was lost") for e in store.events("lost"))
+    lost = store.get("lost")
+    assert lost is not None
+    assert lost.status == "queued"
+    # Published again, the job's clock restarts: the next sweeps find its message and leave it alone.
+    assert sweep_orphaned_jobs(app, store, GRACE_S) == []
+    time.sleep(GRACE_S + 0.2)
+    assert sweep_orphaned_jobs(app, store, GRACE_S) == []
+    assert sorted(_queued_messages(client)) == ["lost", "unpublished", "waiting"]

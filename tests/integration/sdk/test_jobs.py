@@ -49,11 +49,13 @@ def long_train_spec(corpus: Path) -> dict[str, Any]:
 def test_benchmark_job_sync(job_stack: str, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[Job] = []
     with Client(base_url=job_stack) as client:
-        job = client.jobs.create("benchmark", benchmark_spec(corpus), idempotency_key="bench-1")
+        # enough steps that a 50 ms poll sees the job running: a warm worker starts it in about 0.1 s
+        spec = benchmark_spec(corpus, steps=400)
+        job = client.jobs.create("benchmark", spec, idempotency_key="bench-1")
         assert job.status == "queued"
-        assert client.jobs.create("benchmark", benchmark_spec(corpus), idempotency_key="bench-1").id == job.id
+        assert client.jobs.create("benchmark", spec, idempotency_key="bench-1").id == job.id
 
-        finished = client.jobs.wait(job.id, timeout=300, poll_interval=0.2, on_progress=seen.append, progress_bar=True)
+        finished = client.jobs.wait(job.id, timeout=300, poll_interval=0.05, on_progress=seen.append, progress_bar=True)
         assert finished.status == "succeeded"
         assert finished.progress is not None
         assert finished.progress.step == finished.progress.total
