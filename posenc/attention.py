@@ -1,51 +1,44 @@
-"""Reference attention that applies any positional encoding by its kind, and statistics of the maps.
+"""Reference attention that applies any positional encoding through its kind's applier, and statistics of
+the maps.
 
 Pure torch, written for clarity (it is a test oracle and the engine of ``POST /v1/attention``):
 
-    scores[b, h, i, j] = scale · ⟨q'[b, h, i], k'[b, h, j]⟩ + B[h, i, j]
-    weights            = softmax_j(scores with masked keys set to −inf)
+    scores[b, h, i, j] = scale · ⟨q'[b, h, i], k'[b, h, j]⟩ + B[h, i, j]     (or the method's own logits)
+    weights            = softmax_j(scores with masked keys set to −inf)   (or the method's own weights)
+    output             = Σ_j weights[i, j] · (v_j + value_table[i, j]) (+ leftover · v_i)
 
-How each kind enters:
-    bias      B from ``posenc.pe.bias_dense`` is added AFTER the 1/sqrt(D) scale (the ALiBi/T5 convention);
-    rotary    q' and k' are q and k rotated by their positions (xPos: q scaled by ζ^(n/λ), k by its inverse);
-    absolute  P (N, D) is added to q and k of every head (the DETR-style "add the encoding to queries and
-              keys" reading: there is no token embedding here, so P goes where x + P would have gone);
-    nope      nothing (it is an absolute method whose P is zero).
+How each kind enters is ``posenc.pe.appliers``'s business (one applier per kind): bias methods add B after
+the 1/sqrt(D) scale (the ALiBi/T5 convention); rotary methods rotate q and k by their positions; absolute
+methods add P to q and k of every head (the DETR-style reading: there is no token embedding here, so P goes
+where x + P would have gone); score_mod methods compute the logits from q, k and the layer input x;
+attention methods replace the softmax.
 
 Key j sits at position j and query i at i + query_offset (the caller's alignment; bottom-right, Nk − Nq, is
-what a KV-cache decode step means), the same positions ``bias_dense`` uses, so the causal mask is
-j > i + query_offset. Softmax runs in float32 (float64 for float64 inputs). A row whose every key is
-masked gives zeros rather than NaN; such rows are counted and left out of the statistics.
+what a KV-cache decode step means), so the causal mask is j > i + query_offset. Softmax runs in float32
+(float64 for float64 inputs). A row whose every key is masked gives zeros rather than NaN; such rows are
+counted and left out of the statistics. Errors name the inputs (``q``, ``k``, ``v``, ``x``, ``params``...);
+the caller adds its prefix.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.pe.kinds import (
-    apply_rotary,
-    bias_dense,
-    encoding,
-    rotary_frequencies,
-    rotary_tables,
-    xpos_scale,
-)
-from posenc.pe.ops import Pairing
+from posenc.pe.appliers import Layer, build_applier, future_mask
+from posenc.pe.ops import Pairing, compute_dtype
 from posenc.pe.registry import MethodParams, MethodSpec
-from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext
-from posenc.schemas.methods import Kind
-
-SUPPORTED_KINDS = (Kind.ABSOLUTE, Kind.BIAS, Kind.ROTARY)
 
 
 @dataclass(frozen=True)
 class AttentionMaps:
     weights: torch.Tensor  # (B, H, Nq, Nk) post-softmax, compute dtype; fully masked rows are zero
     fully_masked: torch.Tensor  # (B, H, Nq) bool: rows where every key was masked
+    output: torch.Tensor | None = None  # (B, H, Nq, Dv) when v was given
+    leftover: torch.Tensor | None = None  # (B, H, Nq) mass given to no key (stick-breaking), else None
+    state: dict[str, torch.Tensor] | None = None  # model-coupled methods: the state leaving the layer, by name
 
 
 @dataclass(frozen=True)
@@ -57,7 +50,7 @@ class AttentionStatistics:
 
 def compute_dtype_for(dtype: torch.dtype) -> torch.dtype:
     """float64 stays float64 (references); every other float dtype is computed in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return compute_dtype(dtype)
 
 
 def attention_maps(
@@ -67,68 +60,53 @@ def attention_maps(
     spec: MethodSpec,
     params: MethodParams,
     causal: bool,
+    v: torch.Tensor | None = None,
+    x: torch.Tensor | None = None,
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
     pairing: Pairing = "half",
     query_offset: int = 0,
+    state: dict[str, torch.Tensor] | None = None,
 ) -> AttentionMaps:
-    """Post-softmax attention of q (B, H, Nq, D) against k (B, H, Nk, D) with ``spec`` applied by its kind.
+    """Attention of q (B, H, Nq, D) against k (B, H, Nk, D) with ``spec`` applied through its applier.
 
-    Query i is at position i + ``query_offset``, key j at j. ``key_padding_mask`` (B, Nk) bool marks padding
-    keys (True = never attended). ``scale`` defaults to 1/sqrt(D). Errors name request fields (``body.q``...)
-    because the gateway passes them on as 422s.
+    Query i is at position i + ``query_offset``, key j at j. ``v`` (B, H, Nk, Dv) gives the output too; ``x``
+    (B, Nk, D_model) is the layer input, for methods that read it (FoX's gates). ``key_padding_mask`` (B, Nk)
+    bool marks padding keys (True = never attended). ``scale`` defaults to 1/sqrt(D). ``state``: a
+    model-coupled method's position state entering the layer (default: the first layer's), by tensor name.
     """
-    _check_shapes(q, k, key_padding_mask)
+    _check_shapes(q, k, v, x, key_padding_mask)
     dtype = compute_dtype_for(q.dtype)
     _, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    q, k = q.to(dtype), k.to(dtype)
-    logit_scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+    layer = Layer(
+        num_heads=heads,
+        head_dim=head_dim,
+        causal=causal,
+        model_dim=None if x is None else x.shape[-1],
+        pairing=pairing,
+        dtype=dtype,
+    )
+    applier = build_applier(spec, params, layer)
+    applier.check(has_x=x is not None, has_v=v is not None)
     q_pos = torch.arange(q_len, dtype=torch.int64) + query_offset  # (Nq,)
     k_pos = torch.arange(k_len, dtype=torch.int64)  # (Nk,)
-
-    bias: torch.Tensor | None = None
-    if spec.kind is Kind.BIAS:
-        ctx = BiasContext(
-            num_heads=heads,
-            query_length=q_len,
-            key_length=k_len,
-            causal=causal,
-            dtype=dtype,
-            query_offset=query_offset,
-        )
-        bias = bias_dense(spec, params, ctx)  # (H, Nq, Nk), −inf for future keys when causal
-    elif spec.kind is Kind.ROTARY:
-        q, k = _rotate(q, k, q_pos, k_pos, max(q_len + query_offset, k_len), spec, params, pairing, dtype)
-    elif spec.kind is Kind.ABSOLUTE:
-        ctx_abs = AbsoluteContext(grid=(max(q_len + query_offset, k_len),), dim=head_dim, dtype=dtype)
-        table = encoding(spec, params, ctx_abs).to(dtype)  # (N, D) over every position either side uses
-        q = q + table[q_pos]  # broadcast over (B, H)
-        k = k + table[k_pos]
-    else:
-        raise InvalidInput(
-            ("body", "method"),
-            f"{spec.name!r} is a {spec.kind.value} method; attention maps support "
-            f"{', '.join(kind.value for kind in SUPPORTED_KINDS)} methods",
-        )
-
-    scores = torch.matmul(q, k.transpose(-1, -2)) * logit_scale  # (B, H, Nq, Nk)
-    if bias is not None:
-        scores = scores + bias  # after the scale: the bias is not divided by sqrt(D)
-
-    masked = torch.zeros(q_len, k_len, dtype=torch.bool)  # (Nq, Nk)
-    if causal:
-        masked = k_pos[None, :] > q_pos[:, None]
-    full_mask = masked[None, None]  # (1, 1, Nq, Nk)
+    mask = future_mask(q_pos, k_pos) if causal else torch.zeros(1, 1, q_len, k_len, dtype=torch.bool)
     if key_padding_mask is not None:
-        full_mask = full_mask | key_padding_mask[:, None, None, :]  # (B, 1, Nq, Nk)
-    scores = scores.masked_fill(full_mask, float("-inf"))
-
-    # A bias can also be −inf on its own (a causal table), so a row is empty when all its scores are −inf.
-    fully_masked = torch.isneginf(scores).all(dim=-1)  # (B, H, Nq)
-    weights = torch.softmax(scores, dim=-1)
-    weights = weights.masked_fill(fully_masked[..., None], 0.0)  # softmax of all −inf is NaN
-    return AttentionMaps(weights=weights, fully_masked=fully_masked)
+        mask = mask | key_padding_mask[:, None, None, :]  # (B, 1, Nq, Nk)
+    attended = applier.attend(
+        q.to(dtype),
+        k.to(dtype),
+        None if v is None else v.to(dtype),
+        q_pos=q_pos,
+        k_pos=k_pos,
+        mask=mask,
+        x=None if x is None else x.to(dtype),
+        scale=scale,
+        state=None if state is None else applier.state_from_tensors({n: t.to(dtype) for n, t in state.items()}),
+    )
+    leaving = applier.state_tensors(attended.state) if applier.state_fields else None
+    return AttentionMaps(attended.weights, attended.fully_masked, attended.output, attended.leftover, leaving)
 
 
 def attention_statistics(
@@ -164,48 +142,29 @@ def attention_statistics(
     )
 
 
-def _rotate(
+def _check_shapes(
     q: torch.Tensor,
     k: torch.Tensor,
-    q_pos: torch.Tensor,
-    k_pos: torch.Tensor,
-    seq_len: int,
-    spec: MethodSpec,
-    params: MethodParams,
-    pairing: Pairing,
-    dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q by its positions (Nq,) and k by its (Nk,) over the whole head dim; positions < seq_len."""
-    head_dim = q.shape[-1]
-    if head_dim % 2:
-        raise InvalidInput(
-            ("body", "q", "shape"),
-            f"rotary methods rotate pairs of features, so the head dim must be even; got D={head_dim}",
-        )
-    # one context for both sides: dynamic scalings and xPos's centre see every position either side has
-    ctx = RotaryContext(rotary_dim=head_dim, seq_len=seq_len)
-    freqs = rotary_frequencies(spec, params, ctx)
-    q_cos, q_sin = rotary_tables(freqs, q_pos, dtype)
-    k_cos, k_sin = rotary_tables(freqs, k_pos, dtype)
-    q_scale = xpos_scale(freqs, q_pos, dtype)
-    k_scale = xpos_scale(freqs, k_pos, dtype)
-    q = apply_rotary(q, q_cos, q_sin, pairing=pairing, scale=q_scale)
-    k = apply_rotary(k, k_cos, k_sin, pairing=pairing, scale=None if k_scale is None else 1.0 / k_scale)
-    return q, k
-
-
-def _check_shapes(q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None) -> None:
+    v: torch.Tensor | None,
+    x: torch.Tensor | None,
+    key_padding_mask: torch.Tensor | None,
+) -> None:
     if q.dim() != 4:
-        raise InvalidInput(("body", "q", "shape"), f"q must be 4-D (B, H, Nq, D), got {list(q.shape)}")
+        raise InvalidInput(("q", "shape"), f"q must be 4-D (B, H, Nq, D), got {list(q.shape)}")
     if k.dim() != 4:
-        raise InvalidInput(("body", "k", "shape"), f"k must be 4-D (B, H, Nk, D), got {list(k.shape)}")
+        raise InvalidInput(("k", "shape"), f"k must be 4-D (B, H, Nk, D), got {list(k.shape)}")
     if (k.shape[0], k.shape[1], k.shape[3]) != (q.shape[0], q.shape[1], q.shape[3]):
+        raise InvalidInput(("k", "shape"), f"k {list(k.shape)} must share B, H and D with q {list(q.shape)}")
+    if v is not None and (v.dim() != 4 or tuple(v.shape[:3]) != tuple(k.shape[:3])):
         raise InvalidInput(
-            ("body", "k", "shape"),
-            f"k {list(k.shape)} must share B, H and D with q {list(q.shape)}",
+            ("v", "shape"), f"v must be (B, H, Nk, Dv) = {list(k.shape[:3])} + [Dv], got {list(v.shape)}"
+        )
+    if x is not None and (x.dim() != 3 or tuple(x.shape[:2]) != (q.shape[0], k.shape[2])):
+        raise InvalidInput(
+            ("x", "shape"), f"x must be (B, Nk, D_model) = {[q.shape[0], k.shape[2]]} + [D_model], got {list(x.shape)}"
         )
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (q.shape[0], k.shape[2]):
         raise InvalidInput(
-            ("body", "key_padding_mask"),
+            ("key_padding_mask",),
             f"must be (B, Nk) = {[q.shape[0], k.shape[2]]}, got {list(key_padding_mask.shape)}",
         )

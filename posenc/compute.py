@@ -7,7 +7,8 @@ a ``compute`` job (:func:`run_compute_job`, on a worker) runs the same request w
 budget and writes every tensor to the artifact ``tensors.safetensors``.
 
 Errors: an unknown method raises ``UnknownMethodError`` (404), a bad value ``InvalidInput`` and bad params
-``FieldErrors`` (422), each naming the field from ``("body", ...)``; in a job, ``("body", "spec", "request", ...)``.
+``FieldErrors`` (422). Everything here and in the math names fields relative to the request; :func:`prepare`
+adds ``("body",)``, and a job ``("body", "spec", "request")``.
 """
 
 from __future__ import annotations
@@ -28,22 +29,19 @@ import torch
 from pydantic import BaseModel, ValidationError
 
 from posenc.attention import attention_maps, attention_statistics, compute_dtype_for
-from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
+from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput, located
 from posenc.pe import (
     AbsoluteContext,
     BiasContext,
     MethodParams,
     MethodSpec,
-    RotaryContext,
-    apply_rotary,
     bias_dense,
     bias_toeplitz,
     encoding,
     get_method,
-    rotary_frequencies,
-    rotary_tables,
-    xpos_scale,
 )
+from posenc.pe.appliers import Layer, build_applier, rotary_applier
+from posenc.pe.kinds import require_kind
 from posenc.schemas.compute import (
     MAX_ROTARY_POSITION,
     AttentionRequest,
@@ -58,7 +56,7 @@ from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn,
 from posenc.tensors import dtype_name, positions_tensor, to_torch, torch_dtype
 
 ROTARY_TENSOR_FIELDS = frozenset({"q", "k", "positions"})
-ATTENTION_TENSOR_FIELDS = frozenset({"q", "k", "key_padding_mask"})
+ATTENTION_TENSOR_FIELDS = frozenset({"q", "k", "v", "x", "key_padding_mask", "params.", "state."})
 ARTIFACT_NAME = "tensors.safetensors"
 RESULT_NAME = "result.json"
 JOB_REQUEST_LOC = ("body", "spec", "request")
@@ -136,7 +134,20 @@ class Prepared:
 
 
 def prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors | None = None) -> Prepared:
-    """The ``prepare_*`` of ``route``; ``request`` must be that route's request model."""
+    """The ``prepare_*`` of ``route``; ``request`` must be that route's request model. Errors of the request,
+    and of the math it runs, name their field under ``body``."""
+    with located(("body",)):
+        prepared = _prepare(route, request, binary)
+    run = prepared.run
+
+    def run_located() -> TensorResult:
+        with located(("body",)):
+            return run()
+
+    return dataclasses.replace(prepared, run=run_located)
+
+
+def _prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors | None) -> Prepared:
     if route == "bias" and isinstance(request, BiasRequest):
         return prepare_bias(request)
     if route == "rotary" and isinstance(request, RotaryRequest):
@@ -150,12 +161,23 @@ def prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors 
 
 # ------------------------------------------------------------------------------------------ method + params
 def resolve_method(name: str, *kinds: Kind) -> MethodSpec:
-    """The registered spec (unknown names raise UnknownMethodError, a 404); wrong kinds are a 422."""
+    """The registered spec (unknown names raise UnknownMethodError, a 404); other kinds than the route serves
+    are a 422."""
     spec = get_method(name)
-    if spec.kind not in kinds:
-        wanted = " or ".join(kind.value for kind in kinds)
-        raise InvalidInput(("body", "method"), f"{name!r} is a {spec.kind.value} method; this route takes {wanted}")
+    try:
+        require_kind(spec, *kinds)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.loc, f"{exc.msg}: POST /v1/attention applies every method") from None
     return spec
+
+
+def with_binary_params(params: MethodParams, binary: BinaryTensors | None) -> MethodParams:
+    """The params with every tensor parameter that came in a safetensors body (``params.<name>``) decoded;
+    the method reads a torch tensor as it is."""
+    if binary is None:
+        return params
+    supplied = {name: binary.get(f"params.{name}") for name in type(params).model_fields if f"params.{name}" in binary}
+    return params.model_copy(update=supplied) if supplied else params
 
 
 def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:
@@ -169,7 +191,7 @@ def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:
             if error["type"] == "extra_forbidden":
                 error = {**error, "msg": f"unknown parameter for {spec.name} (known: {known})"}
             errors.append(error)
-        raise FieldErrors({**error, "loc": ("body", "params", *error["loc"])} for error in errors) from None
+        raise FieldErrors({**error, "loc": ("params", *error["loc"])} for error in errors) from None
 
 
 def summarise(value: Any) -> Any:
@@ -237,7 +259,7 @@ def _input_elements(request: BaseModel, params: MethodParams, fields: Sequence[s
 
 def _decode(value: TensorIn, name: str, binary: BinaryTensors | None) -> torch.Tensor:
     """A float input tensor from the safetensors body if it carried one, else from the JSON field."""
-    loc: Loc = ("body", name)
+    loc: Loc = (name,)
     if binary is not None and name in binary:
         tensor = binary.get(name)
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -248,7 +270,7 @@ def _decode(value: TensorIn, name: str, binary: BinaryTensors | None) -> torch.T
 
 
 def _decode_positions(value: TensorIn | list[int], binary: BinaryTensors | None) -> torch.Tensor:
-    loc: Loc = ("body", "positions")
+    loc: Loc = ("positions",)
     if binary is not None and "positions" in binary:
         tensor = binary.get("positions")
         if tensor.is_floating_point():
@@ -264,10 +286,10 @@ def _decode_mask(value: TensorIn | list[list[bool]], binary: BinaryTensors | Non
         tensor = binary.get("key_padding_mask")
     elif isinstance(value, list):
         if len({len(row) for row in value}) > 1:
-            raise InvalidInput(("body", "key_padding_mask"), "rows must all have length Nk")
+            raise InvalidInput(("key_padding_mask",), "rows must all have length Nk")
         tensor = torch.tensor(value, dtype=torch.bool)
     else:
-        tensor = to_torch(value, ("body", "key_padding_mask"))
+        tensor = to_torch(value, ("key_padding_mask",))
     return tensor if tensor.dtype == torch.bool else tensor != 0
 
 
@@ -290,7 +312,7 @@ def prepare_bias(request: BiasRequest) -> Prepared:
     toeplitz = request.form == "toeplitz"
     if toeplitz and not spec.toeplitz:
         raise InvalidInput(
-            ("body", "form"),
+            ("form",),
             f"{spec.name!r} does not depend on i - j alone, so it has no Toeplitz form; use 'dense'",
         )
     shape = (heads, q_len + k_len - 1) if toeplitz else (heads, q_len, k_len)
@@ -338,23 +360,32 @@ def prepare_bias(request: BiasRequest) -> Prepared:
 def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) -> Prepared:
     spec = resolve_method(request.method, Kind.ROTARY)
     params = parse_params(spec, request.params)
-    q_dtype, q_shape = _float_input(request.q, ("body", "q"), 4, "(B, H, N, D)")
+    q_dtype, q_shape = _float_input(request.q, ("q",), 4, "(B, H, N, D)")
     seq_len, head_dim = q_shape[2], q_shape[3]
     rotary_dim = _rotary_dim(request.rotary_dim, head_dim)
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
+    layer = Layer(
+        num_heads=q_shape[1],
+        head_dim=head_dim,
+        causal=False,
+        pairing=request.pairing,
+        rotary_dim=rotary_dim,
+        dtype=compute_dtype,
+    )
+    applier = rotary_applier(spec, params, layer)
 
     rotate_k = request.rotate == "both"
     k_shape: list[int] | None = None
     k_dtype = out_dtype
     if request.k is None:
         if rotate_k:
-            raise InvalidInput(("body", "k"), "k is required unless rotate='query'")
+            raise InvalidInput(("k",), "k is required unless rotate='query'")
     elif rotate_k:
-        k_dtype, k_shape = _float_input(request.k, ("body", "k"), 4, "(B, H, N, D)")
+        k_dtype, k_shape = _float_input(request.k, ("k",), 4, "(B, H, N, D)")
         if (k_shape[2], k_shape[3]) != (seq_len, head_dim):
             raise InvalidInput(
-                ("body", "k", "shape"),
+                ("k", "shape"),
                 f"k {k_shape} must have the N and D of q {q_shape}: both are rotated by the same positions",
             )
         k_dtype = out_dtype
@@ -363,7 +394,7 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
 
     if request.positions is None and request.offset + seq_len - 1 > MAX_ROTARY_POSITION:
         raise InvalidInput(
-            ("body", "offset"),
+            ("offset",),
             f"offset + N - 1 = {request.offset + seq_len - 1} is over 2^26 = {MAX_ROTARY_POSITION}, the largest "
             "position whose rotary angles are exact to float32 rounding",
         )
@@ -374,7 +405,7 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
             else (declared(request.positions)[1] or [0])[0]
         )
         if positions_len != seq_len:
-            raise InvalidInput(("body", "positions"), f"has {positions_len} positions, but q has N={seq_len}")
+            raise InvalidInput(("positions",), f"has {positions_len} positions, but q has N={seq_len}")
 
     table_dtype = _dtype_name(compute_dtype)
     outputs = [OutputSpec("q", tuple(q_shape), out_dtype)]
@@ -391,20 +422,18 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
         else:
             positions = _decode_positions(request.positions, binary)
             if positions.shape[0] != seq_len:
-                raise InvalidInput(("body", "positions"), f"has {positions.shape[0]} positions, q has N={seq_len}")
-        max_position = int(positions.max()) if positions.numel() else 0
-        freqs = rotary_frequencies(spec, params, RotaryContext(rotary_dim=rotary_dim, seq_len=max_position + 1))
-        cos, sin = rotary_tables(freqs, positions, compute_dtype)  # (N, rotary_dim/2) each, from float64 angles
-        q_scale = xpos_scale(freqs, positions, compute_dtype)  # xPos: ζ^(n/λ) on queries, inverse on keys
-        # Rotate in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once.
-        tensors = {"q": _rotated(q, cos, sin, request.pairing, q_scale, out_dtype)}
+                raise InvalidInput(("positions",), f"has {positions.shape[0]} positions, q has N={seq_len}")
+        context = (int(positions.max()) if positions.numel() else 0) + 1  # what dynamic scalings see
+        # Rotated in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once;
+        # xPos scales queries by ζ^(n/λ) and keys by its inverse.
+        tensors = {"q": applier.rotate_side(q, positions, context, keys=False).to(torch_dtype(out_dtype))}
         if request.k is not None:
             k = _decode(request.k, "k", binary)
             if rotate_k:
-                k_scale = None if q_scale is None else 1.0 / q_scale
-                tensors["k"] = _rotated(k, cos, sin, request.pairing, k_scale, out_dtype)
+                tensors["k"] = applier.rotate_side(k, positions, context, keys=True).to(torch_dtype(out_dtype))
             else:
                 tensors["k"] = k
+        cos, sin, _, freqs = applier.tables(positions, context)  # (N, rotary_dim/2) each, from float64 angles
         if request.return_tables:
             tensors |= {"cos": cos, "sin": sin}
         meta = method_meta(spec, params, out_dtype) | {
@@ -432,27 +461,16 @@ def _rotary_dim(requested: int | None, head_dim: int) -> int:
     if requested is None:
         if head_dim % 2:
             raise InvalidInput(
-                ("body", "q", "shape"),
+                ("q", "shape"),
                 f"rotary methods rotate pairs of features, so the head dim D must be even; got D={head_dim} "
                 "(or set an even rotary_dim < D to rotate only the first features)",
             )
         return head_dim
     if requested % 2:
-        raise InvalidInput(("body", "rotary_dim"), f"must be even (features are rotated in pairs), got {requested}")
+        raise InvalidInput(("rotary_dim",), f"must be even (features are rotated in pairs), got {requested}")
     if requested > head_dim:
-        raise InvalidInput(("body", "rotary_dim"), f"{requested} is larger than the head dim D={head_dim}")
+        raise InvalidInput(("rotary_dim",), f"{requested} is larger than the head dim D={head_dim}")
     return requested
-
-
-def _rotated(
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    pairing: Any,
-    scale: torch.Tensor | None,
-    out_dtype: str,
-) -> torch.Tensor:
-    return apply_rotary(x.to(cos.dtype), cos, sin, pairing=pairing, scale=scale).to(torch_dtype(out_dtype))
 
 
 # ----------------------------------------------------------------------------------------------- encodings
@@ -481,31 +499,65 @@ def prepare_encoding(request: EncodingRequest) -> Prepared:
 
 # ----------------------------------------------------------------------------------------------- attention
 def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = None) -> Prepared:
-    spec = resolve_method(request.method, Kind.ABSOLUTE, Kind.BIAS, Kind.ROTARY)
+    spec = get_method(request.method)
     params = parse_params(spec, request.params)
-    q_dtype, q_shape = _float_input(request.q, ("body", "q"), 4, "(B, H, Nq, D)")
-    _, k_shape = _float_input(request.k, ("body", "k"), 4, "(B, H, Nk, D)")
+    q_dtype, q_shape = _float_input(request.q, ("q",), 4, "(B, H, Nq, D)")
+    _, k_shape = _float_input(request.k, ("k",), 4, "(B, H, Nk, D)")
     batch, heads, q_len, head_dim = q_shape
     k_len = k_shape[2]
     if (k_shape[0], k_shape[1], k_shape[3]) != (batch, heads, head_dim):
-        raise InvalidInput(("body", "k", "shape"), f"k {k_shape} must share B, H and D with q {q_shape}")
-    if spec.kind is Kind.ROTARY and head_dim % 2:
-        raise InvalidInput(
-            ("body", "q", "shape"),
-            f"rotary methods rotate pairs of features, so the head dim D must be even; got D={head_dim}",
-        )
+        raise InvalidInput(("k", "shape"), f"k {k_shape} must share B, H and D with q {q_shape}")
+    v_dim = 0
+    if request.v is not None:
+        _, v_shape = _float_input(request.v, ("v",), 4, "(B, H, Nk, Dv)")
+        if v_shape[:3] != [batch, heads, k_len]:
+            raise InvalidInput(("v", "shape"), f"v {v_shape} must be (B, H, Nk, Dv) with B, H, Nk = {k_shape[:3]}")
+        v_dim = v_shape[3]
+    model_dim = None
+    if request.x is not None:
+        _, x_shape = _float_input(request.x, ("x",), 3, "(B, Nk, D_model)")
+        if x_shape[:2] != [batch, k_len]:
+            raise InvalidInput(("x", "shape"), f"x {x_shape} must be (B, Nk, D_model) with B, Nk = {[batch, k_len]}")
+        model_dim = x_shape[2]
     if request.key_padding_mask is not None and _mask_shape(request.key_padding_mask) != [batch, k_len]:
         raise InvalidInput(
-            ("body", "key_padding_mask"),
+            ("key_padding_mask",),
             f"must be (B, Nk) = {[batch, k_len]}, got {_mask_shape(request.key_padding_mask)}",
         )
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
     stats_dtype = _dtype_name(compute_dtype)
+    layer = Layer(
+        num_heads=heads,
+        head_dim=head_dim,
+        causal=request.causal,
+        model_dim=model_dim,
+        pairing=request.pairing,
+        dtype=compute_dtype,
+    )
+    applier = build_applier(spec, params, layer)
+    applier.check(has_x=request.x is not None, has_v=request.v is not None)  # before anything is allocated
     query_offset = default_query_offset(request.query_offset, q_len, k_len)
     width = max(q_len + query_offset, k_len)  # distances |i + offset − j| run from 0 to width − 1
+    state_fields = applier.state_fields
+    if request.state is not None:
+        if sorted(request.state) != sorted(state_fields):
+            wanted = f"the tensors {list(state_fields)}" if state_fields else "no state"
+            raise InvalidInput(("state",), f"{spec.name!r} takes {wanted}, got {sorted(request.state)}")
+        for name, value in request.state.items():
+            _float_input(value, ("state", name), 4, "(B, H, Nk, D)")
+            if declared(value)[1] != [batch, heads, k_len, head_dim]:
+                raise InvalidInput(
+                    ("state", name, "shape"),
+                    f"must be (B, H, Nk, D) = {[batch, heads, k_len, head_dim]}, got {declared(value)[1]}",
+                )
 
     outputs = [OutputSpec("weights", (batch, heads, q_len, k_len), out_dtype)]
+    outputs += [OutputSpec(f"state.{name}", (batch, heads, q_len, head_dim), stats_dtype) for name in state_fields]
+    if request.v is not None:
+        outputs.append(OutputSpec("output", (batch, heads, q_len, v_dim), out_dtype))
+        if applier.keeps_leftover:
+            outputs.append(OutputSpec("leftover", (batch, heads, q_len), stats_dtype))
     if request.stats:
         outputs += [
             OutputSpec("entropy", (heads,), stats_dtype),
@@ -515,27 +567,45 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
     itemsize = ITEMSIZE[stats_dtype]
     workspace_elements = 2 * batch * heads * q_len * k_len  # scores and weights in the compute dtype
     workspace_elements += batch * heads * (q_len + k_len) * head_dim  # q and k in the compute dtype
-    if spec.kind is Kind.BIAS:
-        workspace_elements += heads * q_len * k_len
+    workspace_elements += batch * heads * (k_len + q_len) * v_dim  # v and the output in the compute dtype
+    workspace_elements += applier.extra_workspace_elements(batch, q_len, k_len)
+    workspace_elements += 2 * len(state_fields) * batch * heads * k_len * head_dim  # the states in and out
     if request.stats:
         workspace_elements += batch * heads * q_len * width  # per-row mass by distance
 
     def run() -> TensorResult:
         q = _decode(request.q, "q", binary)
         k = _decode(request.k, "k", binary)
+        v = None if request.v is None else _decode(request.v, "v", binary)
+        x = None if request.x is None else _decode(request.x, "x", binary)
         mask = None if request.key_padding_mask is None else _decode_mask(request.key_padding_mask, binary)
+        state = (
+            None
+            if request.state is None
+            else {name: _decode(value, f"state.{name}", binary) for name, value in request.state.items()}
+        )
         maps = attention_maps(
             q,
             k,
+            v=v,
+            x=x,
             spec=spec,
-            params=params,
+            params=with_binary_params(params, binary),
             causal=request.causal,
             key_padding_mask=mask,
             scale=request.scale,
             pairing=request.pairing,
             query_offset=query_offset,
+            state=state,
         )
         tensors = {"weights": maps.weights.to(torch_dtype(out_dtype))}
+        for name, tensor in (maps.state or {}).items():
+            tensors[f"state.{name}"] = tensor
+        if maps.output is not None:
+            tensors["output"] = maps.output.to(torch_dtype(out_dtype))
+            if applier.keeps_leftover:
+                assert maps.leftover is not None
+                tensors["leftover"] = maps.leftover
         if request.stats:
             stats = attention_statistics(maps.weights, maps.fully_masked, query_offset=query_offset)
             tensors |= {
@@ -559,7 +629,7 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
         route="attention",
         outputs=outputs,
         workspace_bytes=workspace_elements * itemsize,
-        input_elements=_input_elements(request, params, ("q", "k", "key_padding_mask")),
+        input_elements=_input_elements(request, params, ("q", "k", "v", "x", "key_padding_mask")),
         shrink_hint="make the request smaller (fewer heads, shorter sequences)",
         run=run,
     )
@@ -568,7 +638,7 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
 # ---------------------------------------------------------------------------------------------------- jobs
 @contextmanager
 def _job_locs() -> Iterator[None]:
-    """Errors of the request name it where a job carries it: ("body", "spec", "request", ...)."""
+    """Errors of the request name it where a job carries it: ("spec", "request", ...)."""
     try:
         yield
     except InvalidInput as exc:

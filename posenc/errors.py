@@ -5,7 +5,8 @@ Torch-free so that every layer can import them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 Loc = tuple[str | int, ...]
@@ -14,8 +15,9 @@ Loc = tuple[str | int, ...]
 class InvalidInput(ValueError):
     """A value that passed the schema but not the method (odd head dim, position past a learned table...).
 
-    ``loc`` is the path of the offending field in the request, e.g. ``("body", "q", "shape")``.
-    The gateway answers 422 with this location.
+    ``loc`` is the path of the offending field relative to whoever raised it: the math names its own inputs
+    (``("params", "base")``, ``("q", "shape")``) and each caller adds its prefix with :func:`located`
+    (``body`` in the gateway, ``spec.methods[i]`` in jobs). The gateway answers 422 with the full location.
     """
 
     def __init__(self, loc: Loc, msg: str) -> None:
@@ -26,6 +28,9 @@ class InvalidInput(ValueError):
     def relocated(self, old: Loc, new: Loc) -> InvalidInput:
         """The same error with the leading ``old`` of its loc replaced by ``new``."""
         return InvalidInput(_relocate(self.loc, old, new), self.msg)
+
+    def prefixed(self, prefix: Loc) -> InvalidInput:
+        return InvalidInput((*prefix, *self.loc), self.msg)
 
 
 class BudgetExceeded(ValueError):
@@ -60,6 +65,20 @@ class FieldErrors(ValueError):
     def relocated(self, old: Loc, new: Loc) -> FieldErrors:
         """The same errors with the leading ``old`` of each loc replaced by ``new``."""
         return FieldErrors({**e, "loc": _relocate(e["loc"], old, new)} for e in self.errors)
+
+    def prefixed(self, prefix: Loc) -> FieldErrors:
+        return FieldErrors({**e, "loc": (*prefix, *e["loc"])} for e in self.errors)
+
+
+@contextmanager
+def located(prefix: Loc) -> Iterator[None]:
+    """Errors raised inside name their field under ``prefix``: the caller's place for the callee's inputs."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise exc.prefixed(prefix) from None
+    except FieldErrors as exc:
+        raise exc.prefixed(prefix) from None
 
 
 def _relocate(loc: Loc, old: Loc, new: Loc) -> Loc:

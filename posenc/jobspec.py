@@ -12,37 +12,52 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
 from pydantic import ValidationError
 
 from posenc.compute import check_job_budget, prepare_job
 from posenc.corpora import check_corpus, data_directories
 from posenc.errors import InvalidInput
-from posenc.pe import (
-    AbsoluteContext,
-    BiasContext,
-    RotaryContext,
-    bias_dense,
-    encoding,
-    get_method,
-    rotary_frequencies,
-)
+from posenc.pe import get_method
+from posenc.pe.appliers import Layer, build_applier
 from posenc.schemas.jobs import ComputeJobSpec, JobCreate, JobKind, JobSpec, MethodRef, SyntheticTask
-from posenc.schemas.methods import Kind
 
-MULTI_AXIS_METHODS = frozenset({"sinusoidal_2d", "sinusoidal_3d", "alibi_2d", "rope_2d_axial"})
 CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SPEC = ("body", "spec")
 
 
 def task_sequence_length(task: SyntheticTask, size: int) -> int:
-    """The longest ``BOS prompt SEP target EOS`` sequence of a task instance of size n."""
-    return 3 * size + 5 if task == "addition" else 2 * size + 3
+    """The longest ``BOS prompt SEP target EOS`` sequence of a task instance of size n (formats in
+    ``posenc.training.data``)."""
+    if task == "addition":
+        return 3 * size + 5  # a + b = s: n + 1 + n prompt, n + 1 sum digits
+    if task == "selective_copy":
+        return 3 * size + 3  # 2n prompt (n tokens among n noise), n target
+    if task == "counting":
+        return size + 4 + len(str(size))  # n tokens + query, count in 0..n as decimal digits
+    if task == "parity":
+        return size + 4  # n bits, one answer token
+    if task == "flip_flop":
+        return 2 * size + 4  # n (instruction, bit) pairs, one answer bit
+    return 2 * size + 3  # copy, reverse, sort: n symbols -> n symbols
 
 
 def max_task_size(task: SyntheticTask, train_length: int) -> int:
     """n_train: the largest size whose longest sequence fits in ``train_length`` tokens (0 if none does)."""
-    return (train_length - 5) // 3 if task == "addition" else (train_length - 3) // 2
+    if task == "addition":
+        size = (train_length - 5) // 3
+    elif task == "selective_copy":
+        size = (train_length - 3) // 3
+    elif task == "counting":
+        size = train_length - 5  # the count has at least one digit; drop n while its digits overflow
+        while size > 0 and task_sequence_length(task, size) > train_length:
+            size -= 1
+    elif task == "parity":
+        size = train_length - 4
+    elif task == "flip_flop":
+        size = (train_length - 4) // 2
+    else:  # copy, reverse, sort
+        size = (train_length - 3) // 2
+    return max(size, 0)
 
 
 def validate_job(
@@ -128,41 +143,24 @@ def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, 
     except ValidationError as exc:
         first = exc.errors()[0]
         raise InvalidInput((*loc, "params", *first["loc"]), first["msg"]) from None
-    if method.name in MULTI_AXIS_METHODS:
+    if method.axes != 1:
         raise InvalidInput(
             (*loc, "method"),
-            f"{method.name!r} encodes 2D/3D positions; the job models are 1D sequence models",
+            f"{method.name!r} encodes {method.axes}D positions; the job models are 1D sequence models",
         )
-    if method.kind not in (Kind.ABSOLUTE, Kind.BIAS, Kind.ROTARY):
-        raise InvalidInput((*loc, "method"), f"{method.kind.value} methods are not trainable in jobs yet")
     if method.learned and method.learned_init is None:
         raise InvalidInput(
             (*loc, "method"),
             f"{method.name!r} is learned but has no initialisation for training (learned_init)",
         )
-    dim, heads = spec.model.dim, spec.model.heads
+    layer = Layer(num_heads=spec.model.heads, head_dim=spec.model.dim // spec.model.heads, causal=True)
     try:
-        if method.kind is Kind.ABSOLUTE:
-            # On the meta device: the method's own checks run (a learned table must cover the longest evaluation
-            # sequence) without allocating the (T, D) table, which at T = 3·2^20, D = 8192 would be 100 GB.
-            encoding(method, params, AbsoluteContext(grid=(longest,), dim=dim, device=torch.device("meta")))
-        elif method.kind is Kind.BIAS:
-            probe = min(spec.train.length, 16)
-            bias_dense(
-                method,
-                params,
-                BiasContext(num_heads=heads, query_length=probe, key_length=probe, causal=True),
-            )
-        else:
-            freqs = rotary_frequencies(
-                method, params, RotaryContext(rotary_dim=dim // heads, seq_len=spec.train.length)
-            )
-            if freqs.num_axes != 1:
-                raise InvalidInput((*loc, "method"), f"{method.name!r} rotates by {freqs.num_axes}D positions")
+        applier = build_applier(method, params, layer)
+        applier.check()
+        applier.dry_run(longest)
     except InvalidInput as exc:
-        if exc.loc[:2] == SPEC:
-            raise
-        raise InvalidInput((*loc, "params"), f"{method.name!r} cannot run this job: {exc.msg}") from None
+        where = exc.loc if exc.loc[:1] == ("params",) else ("params",)
+        raise InvalidInput((*loc, *where), f"{method.name!r} cannot run this job: {exc.msg}") from None
 
 
 # --------------------------------------------------------------------------------------------------- cost

@@ -160,6 +160,11 @@ def raw_bytes(tensor: torch.Tensor) -> memoryview | bytes:
 M = TypeVar("M", bound=BaseModel)
 
 
+# A safetensors tensor named "params.<field>" stands in for the method's tensor parameter <field>, and
+# "state.<name>" for a tensor of the position state; a route lists "params." and "state." when it takes them.
+NESTED_GROUPS = ("params", "state")
+
+
 class BinaryTensors:
     """Tensors of a safetensors request body, decoded on first use (after the size checks).
 
@@ -230,12 +235,17 @@ def parse_safetensors_request(
 
     declared: dict[str, tuple[str, list[int]]] = {}
     for name, info in header.items():
-        if name not in tensor_names:
+        group, _, member = name.partition(".")
+        nested = group in NESTED_GROUPS and bool(member) and f"{group}." in tensor_names
+        if name not in tensor_names and not nested:
             raise InvalidInput(
                 ("body", name),
-                f"unexpected tensor {name!r}; this route takes {', '.join(sorted(tensor_names))}",
+                f"unexpected tensor {name!r}; this route takes {', '.join(sorted(tensor_names))} "
+                "(<group>.<name> for a tensor inside that field)",
             )
-        if name in fields:
+        target = fields.setdefault(group, {}) if nested else fields
+        key = member if nested else name
+        if not isinstance(target, dict) or key in target:
             raise InvalidInput(("body", name), "given both in the request JSON and as a safetensors tensor")
         if not isinstance(info, dict):
             raise InvalidInput(("body", name), "a safetensors header entry must have dtype and shape")
@@ -247,7 +257,7 @@ def parse_safetensors_request(
             )
         shape = [int(size) for size in info.get("shape", [])]
         declared[name] = (dtype, shape)
-        fields[name] = {"dtype": dtype, "shape": shape, "base64": ""}  # placeholder, never decoded
+        target[key] = {"dtype": dtype, "shape": shape, "base64": ""}  # placeholder, never decoded
     try:
         request = model.model_validate(fields)
     except ValidationError as exc:
@@ -333,7 +343,8 @@ def binary_request_body(model: type[BaseModel], tensor_names: Sequence[str]) -> 
                 SAFETENSORS: {
                     "schema": BINARY_SCHEMA,
                     "description": "a safetensors file: __metadata__['request'] holds the JSON request "
-                    f"(without its tensors); tensors named {names} stand in for those fields",
+                    f"(without its tensors); tensors named {names} stand in for those fields (<group>.<name>: "
+                    "a tensor inside that field, e.g. params.<name> for the method's tensor parameter <name>)",
                 },
             },
         }

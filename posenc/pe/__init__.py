@@ -1,22 +1,15 @@
 """The positional-encoding math: one module per family, each method one small registered function.
 
-Importing this package registers every method. Families never import each other; what two or more
-share lives in ``ops``. The generic half of each kind (masking, Toeplitz tables, cos/sin, the one shared
-rotation) lives in ``kinds``. Shapes follow the legend in ``posenc.pe.types``.
+Importing this package registers every method: every module of the package that is not one of the shared
+ones below is a family, imported here in sorted order, so a new family module registers itself with no list to
+update. Families never import each other; what two or more share lives in ``ops``. The generic half of each kind
+(masking, Toeplitz tables, cos/sin, the one shared rotation) lives in ``kinds``, and how each kind enters an
+attention layer in ``appliers``. Shapes follow the legend in ``posenc.pe.types``.
 """
 
-from posenc.pe import (  # noqa: F401  (imported for their registrations, in sorted order)
-    absolute,
-    alibi,
-    fire,
-    kerple,
-    rope,
-    rope_2d,
-    rope_scaling,
-    sandwich,
-    t5,
-    xpos,
-)
+import importlib
+import pkgutil
+
 from posenc.pe.kinds import (
     apply_rotary,
     bias_dense,
@@ -54,3 +47,9 @@ __all__ = [
     "toeplitz_to_dense",
     "xpos_scale",
 ]
+
+
+SHARED_MODULES = frozenset({"appliers", "kinds", "ops", "registry", "types"})
+FAMILIES = tuple(sorted(info.name for info in pkgutil.iter_modules(__path__) if info.name not in SHARED_MODULES))
+for _family in FAMILIES:
+    importlib.import_module(f"{__name__}.{_family}")

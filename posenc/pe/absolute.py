@@ -39,16 +39,14 @@ AxisWidth = Annotated[int, Field(ge=1, le=65536)]
 def _length(ctx: AbsoluteContext, method: str) -> int:
     """N of a 1D request; a grid of two or more axes is the wrong kind of request for a 1D method."""
     if len(ctx.grid) != 1:
-        raise InvalidInput(
-            ("body", "grid"), f"{method} is a 1D method: give 'length', not a grid of {len(ctx.grid)} axes"
-        )
+        raise InvalidInput(("grid",), f"{method} is a 1D method: give 'length', not a grid of {len(ctx.grid)} axes")
     return ctx.grid[0]
 
 
 def _grid(ctx: AbsoluteContext, method: str, axes: Literal[2, 3]) -> tuple[int, ...]:
     if len(ctx.grid) != axes:
         wanted = "[H, W]" if axes == 2 else "[T, H, W]"
-        raise InvalidInput(("body", "grid"), f"{method} needs grid {wanted}, got {len(ctx.grid)} axis(es)")
+        raise InvalidInput(("grid",), f"{method} needs grid {wanted}, got {len(ctx.grid)} axis(es)")
     return ctx.grid
 
 
@@ -195,7 +193,7 @@ class LearnedAbsoluteParams(MethodParams):
 def _initial_learned_table(params: LearnedAbsoluteParams, dim: int) -> torch.Tensor:
     """The seeded (max_positions, dim) float32 table: gpt2 N(0, 0.01) or bert N(0, 0.02) cut at ±0.04."""
     shape = (params.max_positions, dim)
-    _check_seeded_size(*shape, loc=("body", "params", "max_positions"))
+    _check_seeded_size(*shape, loc=("params", "max_positions"))
     table = torch.empty(shape, dtype=torch.float32)
     generator = _seeded_generator(params.seed)
     if params.init == "gpt2":
@@ -234,13 +232,13 @@ def learned_absolute(params: LearnedAbsoluteParams, ctx: AbsoluteContext) -> tor
     length = _length(ctx, "learned_absolute")
     if length > params.max_positions:
         raise InvalidInput(
-            ("body", "length"),
+            ("length",),
             f"length {length} is past the learned table: positions 0..{params.max_positions - 1} "
             f"exist (max_positions={params.max_positions}); learned positions do not extrapolate",
         )
     shape = (params.max_positions, ctx.dim)
     if params.table is not None:
-        table = _supplied_table(params.table, shape, ("body", "params", "table"), compute_dtype(ctx.dtype))
+        table = _supplied_table(params.table, shape, ("params", "table"), compute_dtype(ctx.dtype))
     else:
         table = _initial_learned_table(params, ctx.dim)
     return table[:length].to(device=ctx.device, dtype=ctx.dtype)  # (N, D)
@@ -279,15 +277,15 @@ def _axial_dims(params: AxialParams, dim: int) -> list[int]:
     """The factor widths: params.dims, or an even split of D with the earlier factors taking the remainder."""
     dims = params.dims if params.dims is not None else _even_split(dim, len(params.shape))
     if sum(dims) != dim:
-        raise InvalidInput(("body", "params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={dim}")
+        raise InvalidInput(("params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={dim}")
     if min(dims) < 1:
-        raise InvalidInput(("body", "dim"), f"dim {dim} is too small for {len(params.shape)} factors")
+        raise InvalidInput(("dim",), f"dim {dim} is too small for {len(params.shape)} factors")
     return dims
 
 
 def _initial_axial_tables(params: AxialParams, dims: list[int]) -> list[torch.Tensor]:
     """The seeded float32 tables E_i (n_i, d_i) ~ N(0, init_std), drawn in factor order from one generator."""
-    _check_seeded_size(sum(n * d for n, d in zip(params.shape, dims, strict=True)), 1, ("body", "params", "shape"))
+    _check_seeded_size(sum(n * d for n, d in zip(params.shape, dims, strict=True)), 1, ("params", "shape"))
     generator = _seeded_generator(params.seed)
     return [
         torch.nn.init.normal_(torch.empty(rows, width, dtype=torch.float32), std=params.init_std, generator=generator)
@@ -326,14 +324,14 @@ def axial(params: AxialParams, ctx: AbsoluteContext) -> torch.Tensor:
     capacity = math.prod(params.shape)
     if length > capacity:
         raise InvalidInput(
-            ("body", "length"),
+            ("length",),
             f"length {length} is past the axial table: shape {params.shape} holds {capacity} positions",
         )
     dims = _axial_dims(params, ctx.dim)
     dtype = compute_dtype(ctx.dtype)
     if params.tables is not None:
         tables = [
-            _supplied_table(table, (rows, width), ("body", "params", "tables", i), dtype)
+            _supplied_table(table, (rows, width), ("params", "tables", i), dtype)
             for i, (table, rows, width) in enumerate(zip(params.tables, params.shape, dims, strict=True))
         ]
     else:
@@ -359,6 +357,7 @@ class Sinusoidal2dParams(MethodParams):
 
 @register(
     "sinusoidal_2d",
+    axes=2,
     kind=Kind.ABSOLUTE,
     params=Sinusoidal2dParams,
     paper=MAE_PAPER,
@@ -378,7 +377,7 @@ def sinusoidal_2d(params: Sinusoidal2dParams, ctx: AbsoluteContext) -> torch.Ten
     """
     height, width = _grid(ctx, "sinusoidal_2d", 2)
     if ctx.dim % 4:
-        raise InvalidInput(("body", "dim"), f"sinusoidal_2d needs dim divisible by 4, got {ctx.dim}")
+        raise InvalidInput(("dim",), f"sinusoidal_2d needs dim divisible by 4, got {ctx.dim}")
     dtype = compute_dtype(ctx.dtype)
     half = ctx.dim // 2
     rows = _sincos_block(torch.arange(height, device=ctx.device), half, params.base, dtype)  # (H, D/2)
@@ -412,6 +411,7 @@ class Sinusoidal3dParams(MethodParams):
 
 @register(
     "sinusoidal_3d",
+    axes=3,
     kind=Kind.ABSOLUTE,
     params=Sinusoidal3dParams,
     paper="Arnab et al. ViViT: A Video Vision Transformer (ICCV 2021). https://arxiv.org/abs/2103.15691; "
@@ -435,18 +435,16 @@ def sinusoidal_3d(params: Sinusoidal3dParams, ctx: AbsoluteContext) -> torch.Ten
     """
     frames, height, width = _grid(ctx, "sinusoidal_3d", 3)
     if ctx.dim % 2:
-        raise InvalidInput(("body", "dim"), f"sinusoidal_3d needs an even dim, got {ctx.dim}")
+        raise InvalidInput(("dim",), f"sinusoidal_3d needs an even dim, got {ctx.dim}")
     dtype = compute_dtype(ctx.dtype)
     if params.combine == "sum":
         dims = [ctx.dim, ctx.dim, ctx.dim]
     else:
         dims = params.dims if params.dims is not None else _even_split(ctx.dim, 3, granularity=2)
         if sum(dims) != ctx.dim:
-            raise InvalidInput(("body", "params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={ctx.dim}")
+            raise InvalidInput(("params", "dims"), f"dims {dims} sum to {sum(dims)}, not dim={ctx.dim}")
         if min(dims) < 2:
-            raise InvalidInput(
-                ("body", "dim"), f"sinusoidal_3d needs dim >= 6 to give every axis a pair, got {ctx.dim}"
-            )
+            raise InvalidInput(("dim",), f"sinusoidal_3d needs dim >= 6 to give every axis a pair, got {ctx.dim}")
     d_t, d_h, d_w = dims
     time_block = _sincos_block(torch.arange(frames, device=ctx.device), d_t, params.base, dtype)  # (T, d_t)
     row_block = _sincos_block(torch.arange(height, device=ctx.device), d_h, params.base, dtype)  # (H, d_h)

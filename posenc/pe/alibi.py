@@ -102,7 +102,7 @@ def _square_grid_width(ctx: BiasContext) -> int:
         # key_length defaults to query_length in a request: name the field the caller actually set
         field = "query_length" if ctx.key_length == ctx.query_length else "key_length"
         raise InvalidInput(
-            ("body", field),
+            (field,),
             f"{ctx.key_length} tokens do not form a square grid; give params.grid_width for a rectangle",
         )
     return side
@@ -110,6 +110,7 @@ def _square_grid_width(ctx: BiasContext) -> int:
 
 @register(
     "alibi_2d",
+    axes=2,
     kind=Kind.BIAS,
     params=Alibi2dParams,
     paper=CROMA_PAPER,

@@ -9,18 +9,15 @@ position, so the bias is Toeplitz only while i <= L and the dense form is the on
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from pydantic import Field, model_validator
 
-from posenc.errors import InvalidInput
-from posenc.pe.ops import compute_dtype, relative_positions
+from posenc.pe.ops import compute_dtype, learned_tensors, relative_positions
 from posenc.pe.registry import MethodParams, Seed, register
 from posenc.pe.types import BiasContext
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import INT64_MAX, TensorIn
-from posenc.tensors import to_torch
 
 FIRE_PAPER = (
     "Li et al. Functional Interpolation for Relative Positions Improves Long Context Transformers "
@@ -105,20 +102,14 @@ def _mlp_weights(params: FireParams, ctx: BiasContext) -> dict[str, torch.Tensor
         "mlp_w2": (ctx.num_heads, params.mlp_width),
         "mlp_b2": (ctx.num_heads,),
     }
-    if params.mlp_w1 is None:
-        weights = initial_mlp(params.mlp_width, ctx.num_heads, params.seed)
-    else:
-        weights = {}
-        for name in MLP_FIELDS:
-            value: Any = getattr(params, name)
-            tensor = to_torch(value, ("body", "params", name))
-            if tuple(tensor.shape) != expected[name]:
-                raise InvalidInput(
-                    ("body", "params", name, "shape"),
-                    f"expected {list(expected[name])}, got {list(tensor.shape)}",
-                )
-            weights[name] = tensor
-    return {name: tensor.to(device=ctx.device, dtype=torch.float64) for name, tensor in weights.items()}
+    # all four or none (the params validator), so a seeded set never mixes with supplied tensors
+    return learned_tensors(
+        params,
+        expected,
+        lambda: initial_mlp(params.mlp_width, ctx.num_heads, params.seed),
+        device=ctx.device,
+        dtype=torch.float64,
+    )
 
 
 def _mlp(inputs: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -86,7 +86,7 @@ def _per_head(
     per_head = seeded if value is None else torch.as_tensor(value, dtype=torch.float64)
     if tuple(per_head.shape) != (ctx.num_heads,):
         raise InvalidInput(
-            ("body", "params", field),
+            ("params", field),
             f"needs one value per head ({ctx.num_heads}), got {list(per_head.shape)}",
         )
     return per_head.to(device=ctx.device, dtype=torch.float64)

@@ -13,9 +13,15 @@ from posenc.schemas.compute import MAX_ROTARY_POSITION
 from posenc.schemas.methods import Kind
 
 
+def require_kind(spec: MethodSpec, *kinds: Kind) -> None:
+    """Refuse a method of another kind than ``kinds`` (a caller that serves some kinds only)."""
+    if spec.kind not in kinds:
+        wanted = " or ".join(kind.value for kind in kinds)
+        raise InvalidInput(("method",), f"{spec.name!r} is a {spec.kind.value} method, not a {wanted} one")
+
+
 def _expect_kind(spec: MethodSpec, kind: Kind) -> None:
-    if spec.kind is not kind:
-        raise InvalidInput(("body", "method"), f"{spec.name!r} is a {spec.kind.value} method, not {kind.value}")
+    require_kind(spec, kind)
 
 
 # --------------------------------------------------------------------------------------------- absolute
@@ -69,7 +75,7 @@ def bias_toeplitz(spec: MethodSpec, params: MethodParams, ctx: BiasContext) -> t
     """
     _expect_kind(spec, Kind.BIAS)
     if not spec.toeplitz:
-        raise InvalidInput(("body", "form"), f"{spec.name!r} does not depend on i - j alone; ask for form='dense'")
+        raise InvalidInput(("form",), f"{spec.name!r} does not depend on i - j alone; ask for form='dense'")
     width = ctx.query_length + ctx.key_length - 1
     # Rows 0..width-1 (at their offset positions) against the single key at Nk-1 give every i - j once.
     q_pos = torch.arange(width, dtype=torch.int64, device=ctx.device) + ctx.query_offset  # (width,)
@@ -93,7 +99,7 @@ def toeplitz_to_dense(table: torch.Tensor, query_length: int, key_length: int) -
 def rotary_frequencies(spec: MethodSpec, params: MethodParams, ctx: RotaryContext) -> RotaryFrequencies:
     _expect_kind(spec, Kind.ROTARY)
     if ctx.rotary_dim % 2:
-        raise InvalidInput(("body", "rotary_dim"), f"rotary dimension must be even, got {ctx.rotary_dim}")
+        raise InvalidInput(("rotary_dim",), f"rotary dimension must be even, got {ctx.rotary_dim}")
     freqs: RotaryFrequencies = spec.fn(params, ctx)
     if tuple(freqs.inv_freq.shape) != (ctx.rotary_dim // 2,):
         raise AssertionError(f"{spec.name} returned inv_freq {tuple(freqs.inv_freq.shape)}")
@@ -112,11 +118,11 @@ def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor) -> torch.Te
     pos = positions.reshape(positions.shape[0], -1)  # (N, A)
     if pos.shape[1] != freqs.num_axes:
         raise InvalidInput(
-            ("body", "positions"), f"this method needs {freqs.num_axes} coordinate(s) per position, got {pos.shape[1]}"
+            ("positions",), f"this method needs {freqs.num_axes} coordinate(s) per position, got {pos.shape[1]}"
         )
     if pos.numel() and int(pos.abs().max()) > MAX_ROTARY_POSITION:
         raise InvalidInput(
-            ("body", "positions"),
+            ("positions",),
             f"|position| must be at most 2^26 = {MAX_ROTARY_POSITION}, where rotary angles are still exact to "
             f"float32 rounding; got {int(pos.abs().max())}",
         )
@@ -160,7 +166,7 @@ def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.d
     if scale.numel() and not (bool(torch.isfinite(scale).all()) and bool(torch.isfinite(1.0 / scale).all())):
         farthest = int(shifted.abs().max())
         raise InvalidInput(
-            ("body", "params", "scale_center"),
+            ("params", "scale_center"),
             f"the xPos decay ζ^(±n/λ) over- or underflows {dtype} at |n| = {farthest}; "
             "use scale_center='midpoint' (the centring cancels in q·k), a larger scale_base, or float64",
         )
@@ -182,7 +188,7 @@ def apply_rotary(
     """
     rot_dim = cos.shape[-1] * 2
     if rot_dim > x.shape[-1]:
-        raise InvalidInput(("body", "rotary_dim"), f"rotary_dim {rot_dim} is larger than the head dim {x.shape[-1]}")
+        raise InvalidInput(("rotary_dim",), f"rotary_dim {rot_dim} is larger than the head dim {x.shape[-1]}")
     compute = cos.dtype
     rotated_part, passthrough = x[..., :rot_dim].to(compute), x[..., rot_dim:]
     rotated = rotate_pairs(rotated_part, cos, sin, pairing)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+import torch.nn.functional as F
+
+from posenc.errors import InvalidInput
+from posenc.tensors import to_torch
+
+if TYPE_CHECKING:
+    from posenc.pe.types import LayerInputs
 
 Pairing = Literal["half", "interleaved"]
 
@@ -51,3 +59,75 @@ def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing:
 def half_to_interleaved_permutation(dim: int) -> torch.Tensor:
     """perm = [0, 2, 4, …, d−2, 1, 3, …, d−1]: half_split(x[perm]) == interleaved(x)[perm] (methods.md D1)."""
     return torch.cat((torch.arange(0, dim, 2), torch.arange(1, dim, 2)))
+
+
+def sinusoid_halves(distances: torch.Tensor, inv_freq: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """R_s = [sin(s·ω_0), …, sin(s·ω_{K−1}), cos(s·ω_0), …, cos(s·ω_{K−1})], K = dim // 2: (S,), (K,) -> (S, dim).
+
+    Concatenated halves, not interleaved; an odd ``dim`` gets a zero last column. ``distances`` int64 (signed
+    or not), ``inv_freq`` float64; s·ω, sin and cos in float64, rounded once to ``dtype``.
+    """
+    angles = distances.to(torch.float64)[:, None] * inv_freq.to(distances.device)[None, :]  # (S, K): s·ω to 2^-53
+    table = torch.cat((angles.sin(), angles.cos()), dim=-1).to(dtype)  # (S, 2K), rounded once
+    return F.pad(table, (0, dim % 2))  # (S, dim)
+
+
+def learned_tensors(
+    params: Any,
+    expected: Mapping[str, tuple[int, ...]],
+    seeded: Callable[[], Mapping[str, torch.Tensor]],
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, torch.Tensor]:
+    """The learned tensors named in ``expected``, in its order, in ``dtype`` on ``device``: each the params
+    field of that name when supplied, else the one ``seeded()`` returns (the method's init).
+
+    A supplied tensor must have its expected shape, else InvalidInput at ("params", name, "shape"), the message
+    naming the shape by ``labels[name]`` where given ("[2·clip + 1, head_dim]"). ``seeded`` is called once,
+    only when some tensor is missing, and draws the full set in a fixed order, so a seeded tensor does not
+    depend on which of the others were supplied.
+    """
+    supplied: dict[str, torch.Tensor] = {}
+    for name, shape in expected.items():
+        value: Any = getattr(params, name)
+        if value is None:
+            continue
+        tensor = to_torch(value, ("params", name))
+        if tuple(tensor.shape) != shape:
+            label = labels.get(name) if labels is not None else None
+            named = f"{label} = {list(shape)}" if label is not None else f"{list(shape)}"
+            raise InvalidInput(("params", name, "shape"), f"expected {named}, got {list(tensor.shape)}")
+        supplied[name] = tensor
+    initial: Mapping[str, torch.Tensor] = seeded() if len(supplied) < len(expected) else {}
+    return {
+        name: (supplied[name] if name in supplied else initial[name]).to(device=device, dtype=dtype)
+        for name in expected
+    }
+
+
+def rel_shift(table: torch.Tensor) -> torch.Tensor:
+    """Transformer-XL's shift on the last two axes: (..., N, W) -> (..., N, W), out[.., i, j] = table[.., i, N−1+j−i].
+
+    Pad one zero column on the left, view as (W+1, N), drop the first row, view back as (N, W). Exact where
+    N−1+j−i <= W−1 (every entry for W = Nq + Nk − 1); the other entries (the upper triangle when W = N) hold
+    values of the next row or the pad.
+    """
+    *lead, rows, width = table.shape
+    padded = F.pad(table, (1, 0))  # (..., N, W+1)
+    padded = padded.reshape(*lead, width + 1, rows)  # (..., W+1, N): the same memory, rows re-cut
+    return padded[..., 1:, :].reshape(*lead, rows, width)  # (..., N, W)
+
+
+def check_shift_positions(inputs: LayerInputs, query_offset: int) -> None:
+    """What ``rel_shift`` assumes of the positions: q_pos = arange(Nq) + query_offset and k_pos = arange(Nk),
+    else InvalidInput at ("q_pos",) or ("k_pos",). Nq, Nk from q (B, H, Nq, D) and k (B, H, Nk, D)."""
+    q_len, k_len = inputs.q.shape[2], inputs.k.shape[2]
+    want_q = torch.arange(q_len, dtype=torch.int64, device=inputs.q_pos.device) + query_offset
+    if inputs.q_pos.shape != (q_len,) or not torch.equal(inputs.q_pos, want_q):
+        raise InvalidInput(("q_pos",), f"the relative shift needs q_pos = arange({q_len}) + {query_offset}")
+    if inputs.k_pos.shape != (k_len,) or not torch.equal(
+        inputs.k_pos, torch.arange(k_len, dtype=torch.int64, device=inputs.k_pos.device)
+    ):
+        raise InvalidInput(("k_pos",), f"the relative shift needs k_pos = arange({k_len})")

@@ -54,6 +54,21 @@ class MethodSpec:
     # Training turns these into nn.Parameters and passes them back through params.model_copy(update=...);
     # ``posenc.tensors.to_torch`` lets a torch tensor through unchanged, so the method stays differentiable.
     learned_init: Callable[..., dict[str, Any]] | None = None
+    # How many coordinates a position has (2 for 2D grids, 3 for video): the 1D sequence models take axes == 1.
+    axes: int = 1
+    # A model holds one instance of the method's learned parameters per layer (the paper's choice) rather than
+    # one shared by every layer.
+    per_layer: bool = False
+    # Layer inputs the method reads besides q and k: "x" (the layer input, for gates), "v" (the values).
+    needs: frozenset[str] = frozenset()
+    # Defined for causal attention only (the method's cumulative sums or memory run over past keys).
+    causal_only: bool = False
+    # Model-coupled methods (TAPE): the position state of the first layer, and its feed-forward update.
+    state_init: Callable[..., Any] | None = None
+    state_ffn: Callable[..., Any] | None = None
+    # Content methods whose intermediates outgrow two (B, H, Nq, Nk) maps: (params, ctx, batch) -> elements,
+    # what the gateway counts against its budget before anything is allocated.
+    workspace: Callable[..., int] | None = None
 
     @property
     def summary(self) -> str:
@@ -74,6 +89,11 @@ class MethodSpec:
             summary=self.summary,
             learned=self.learned,
             toeplitz=self.toeplitz,
+            axes=self.axes,
+            per_layer=self.per_layer,
+            needs=sorted(self.needs),
+            causal_only=self.causal_only,
+            model_coupled=self.state_init is not None,
             params_schema=self.params_model.model_json_schema(),
             conventions=dict(self.conventions),
         )
@@ -93,12 +113,23 @@ def register(
     toeplitz: bool = False,
     conventions: dict[str, str] | None = None,
     learned_init: Callable[..., dict[str, Any]] | None = None,
+    axes: int = 1,
+    per_layer: bool = False,
+    needs: frozenset[str] = frozenset(),
+    causal_only: bool = False,
+    state_init: Callable[..., Any] | None = None,
+    state_ffn: Callable[..., Any] | None = None,
+    workspace: Callable[..., int] | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn`` under ``name``; a second registration of the same name is an error."""
 
     def decorator(fn: F) -> F:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered by {_REGISTRY[name].family}")
+        if needs - {"x", "v"}:
+            raise ValueError(f"{name}: unknown layer inputs {sorted(needs - {'x', 'v'})}")
+        if (state_init is None) != (state_ffn is None):
+            raise ValueError(f"{name}: a model-coupled method registers both state_init and state_ffn")
         if toeplitz and kind is not Kind.BIAS:
             raise ValueError(f"{name}: only bias methods can be Toeplitz")
         if not (inspect.getdoc(fn) or "").strip():
@@ -115,6 +146,13 @@ def register(
             toeplitz=toeplitz,
             conventions=dict(conventions or {}),
             learned_init=learned_init,
+            axes=axes,
+            per_layer=per_layer,
+            needs=needs,
+            causal_only=causal_only,
+            state_init=state_init,
+            state_ffn=state_ffn,
+            workspace=workspace,
         )
         return fn
 

@@ -25,6 +25,7 @@ class Rope2dAxialParams(MethodParams):
 
 @register(
     "rope_2d_axial",
+    axes=2,
     kind=Kind.ROTARY,
     params=Rope2dAxialParams,
     paper="Heo, Park, Han, Yun. Rotary Position Embedding for Vision Transformer (ECCV 2024). "
@@ -45,7 +46,7 @@ def rope_2d_axial(params: Rope2dAxialParams, ctx: RotaryContext) -> RotaryFreque
     """
     if ctx.rotary_dim % 4:
         raise InvalidInput(
-            ("body", "rotary_dim"),
+            ("rotary_dim",),
             f"axial RoPE splits pairs over 2 axes: rotary_dim must be divisible by 4, got {ctx.rotary_dim}",
         )
     quarter = ctx.rotary_dim // 4

@@ -36,7 +36,7 @@ ORIGINAL_LENGTH_DESCRIPTION = "L, the pretraining context length (NOT the extend
 def _ntk_exponent(ctx: RotaryContext) -> float:
     """d/(d−2), the exponent that makes NTK scaling divide the lowest frequency by exactly s."""
     if ctx.rotary_dim < 4:
-        raise InvalidInput(("body", "rotary_dim"), f"NTK scaling needs rotary_dim >= 4 (d/(d-2)), got {ctx.rotary_dim}")
+        raise InvalidInput(("rotary_dim",), f"NTK scaling needs rotary_dim >= 4 (d/(d-2)), got {ctx.rotary_dim}")
     return ctx.rotary_dim / (ctx.rotary_dim - 2)
 
 
@@ -300,7 +300,7 @@ def rope_longrope(params: RopeLongropeParams, ctx: RotaryContext) -> RotaryFrequ
     for field_name, factors in (("short_factor", params.short_factor), ("long_factor", params.long_factor)):
         if len(factors) != pairs:
             raise InvalidInput(
-                ("body", "params", field_name),
+                ("params", field_name),
                 f"needs one factor per rotated pair, rotary_dim/2 = {pairs}, got {len(factors)}",
             )
     use_long = params.factor_set == "long" or (

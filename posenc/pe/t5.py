@@ -96,11 +96,11 @@ def _embedding_table(params: T5Params, num_heads: int) -> torch.Tensor:
     """E (num_buckets, H): the supplied table, or the seeded one."""
     if params.table is None:
         return initial_table(params.num_buckets, num_heads, params.seed, params.init_std)
-    table = to_torch(params.table, ("body", "params", "table"))
+    table = to_torch(params.table, ("params", "table"))
     expected = (params.num_buckets, num_heads)
     if tuple(table.shape) != expected:
         raise InvalidInput(
-            ("body", "params", "table", "shape"),
+            ("params", "table", "shape"),
             f"expected (num_buckets, num_heads) = {list(expected)}, got {list(table.shape)}",
         )
     return table
@@ -138,7 +138,7 @@ def t5(params: T5Params, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasCont
     bidirectional = (not ctx.causal) if params.bidirectional is None else params.bidirectional
     if params.max_distance <= (bound := _max_exact(params.num_buckets, bidirectional)):
         raise InvalidInput(
-            ("body", "params", "max_distance"),
+            ("params", "max_distance"),
             f"must be larger than {bound}, the range of the exact buckets in causal (one-direction) bucketing; "
             "bidirectional bucketing (causal=false or bidirectional=true) needs only more than "
             f"{_max_exact(params.num_buckets, True)}",

@@ -10,13 +10,28 @@ Signatures (``P`` is the method's params model):
                    -> Tensor (H, Nq, Nk), UNMASKED (the causal mask is applied by posenc.pe.bias_dense)
                A Toeplitz method's value must depend on q_pos[:, None] - k_pos[None, :] only.
     rotary:    fn(params: P, ctx: RotaryContext) -> RotaryFrequencies
+    score_mod: fn(params: P, inputs: LayerInputs, ctx: ScoreContext) -> ScoreTerms
+               The full pre-softmax logits (content term included, scaled by the paper's own convention),
+               UNMASKED; the applier masks them (inputs.mask) and takes the softmax. A method that must not see
+               masked entries (CoPE's gates) reads inputs.mask itself.
+    attention: fn(params: P, inputs: LayerInputs, ctx: ScoreContext) -> AttentionWeights
+               Replaces the softmax: weights with masked entries 0, and the mass left to no key.
+
+A model-coupled method (TAPE) also registers ``state_init(params, ctx, batch, length) -> state`` (the state
+entering the first layer) and ``state_ffn(params, x, state) -> state`` (its update in each feed-forward
+sublayer); it reads ``inputs.state`` and returns ``ScoreTerms.next_state``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+
+from posenc.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -65,3 +80,114 @@ class RotaryFrequencies:
     xpos_zeta: torch.Tensor | None = None  # (d_rot/2,) xPos per-pair decay base
     xpos_scale_base: float | None = None  # xPos lambda
     xpos_center: int = 0  # xPos: scale positions are n − center (cancels in q·k; keeps ζ^(±n/λ) in range)
+
+
+@dataclass(frozen=True)
+class ScoreContext:
+    """What a content-dependent method knows about the layer besides the tensors themselves."""
+
+    num_heads: int
+    query_length: int
+    key_length: int
+    head_dim: int
+    causal: bool
+    # The model width the layer input x has (FoX's gate projection, XL's W_R read it): H · head_dim unless given.
+    model_dim: int
+    dtype: torch.dtype = torch.float32
+    # Query i sits at position i + query_offset, key j at j (bottom-right alignment is Nk − Nq).
+    query_offset: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def default_scale(self) -> float:
+        """1/sqrt(head_dim), the scaled dot product; each method's docstring says whether it uses it."""
+        return 1.0 / math.sqrt(self.head_dim)
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """One attention layer's tensors, as a content-dependent method sees them.
+
+    q (B, H, Nq, D), k (B, H, Nk, D); q_pos (Nq,) and k_pos (Nk,) int64 positions; mask (B or 1, 1, Nq, Nk)
+    bool, True where key j is never attended (causal future, padding); x (B, Nk, D_model) the layer input at
+    the key positions or None (self-attention: the queries are the last Nq of them).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    q_pos: torch.Tensor
+    k_pos: torch.Tensor
+    mask: torch.Tensor
+    x: torch.Tensor | None = None
+    # A model-coupled method's position state entering this layer (TAPE's (C, S)); None for every other method.
+    state: Any = None
+
+    def check(self, ctx: ScoreContext, *, head_dim: bool = True, positions: bool = True, mask: bool = False) -> None:
+        """Refuse tensors whose shapes disagree with each other or with ``ctx``: InvalidInput at ("q", "shape"),
+        ("k", "shape"), then ("q_pos", "shape") and ("k_pos", "shape") (``positions``), then ("mask", "shape")
+        (``mask``), the first that fails.
+
+        q (B, H, Nq, D) with H = ctx.num_heads, and D = ctx.head_dim with ``head_dim`` (any D otherwise); k
+        (B, H, Nk, D) like q; positions as ``check_positions``; mask (B or 1, 1, Nq, Nk). What a method needs
+        beyond the shapes (contiguous positions, an even D, x) it checks itself.
+        """
+        q, k = self.q, self.k
+        if q.dim() != 4 or q.shape[1] != ctx.num_heads or (head_dim and q.shape[-1] != ctx.head_dim):
+            width = ctx.head_dim if head_dim else "D"
+            raise InvalidInput(("q", "shape"), f"expected (B, {ctx.num_heads}, Nq, {width}), got {list(q.shape)}")
+        if k.dim() != 4 or k.shape[:2] != q.shape[:2] or k.shape[-1] != q.shape[-1]:
+            raise InvalidInput(
+                ("k", "shape"), f"expected ({q.shape[0]}, {q.shape[1]}, Nk, {q.shape[-1]}), got {list(k.shape)}"
+            )
+        if positions:
+            self.check_positions()
+        if mask:
+            m, q_len, k_len = self.mask, q.shape[2], k.shape[2]
+            if m.dim() != 4 or m.shape[0] not in (1, q.shape[0]) or m.shape[1:] != (1, q_len, k_len):
+                raise InvalidInput(("mask", "shape"), f"expected (B or 1, 1, {q_len}, {k_len}), got {list(m.shape)}")
+
+    def check_positions(self) -> None:
+        """q_pos (Nq,) and k_pos (Nk,) for q (B, H, Nq, D), k (B, H, Nk, D): else InvalidInput at
+        ("q_pos", "shape") or ("k_pos", "shape")."""
+        q_len, k_len = self.q.shape[2], self.k.shape[2]
+        if self.q_pos.shape != (q_len,):
+            raise InvalidInput(("q_pos", "shape"), f"expected ({q_len},), got {list(self.q_pos.shape)}")
+        if self.k_pos.shape != (k_len,):
+            raise InvalidInput(("k_pos", "shape"), f"expected ({k_len},), got {list(self.k_pos.shape)}")
+
+    def check_x(self, ctx: ScoreContext) -> None:
+        """x (B or 1, Nk, ctx.model_dim) when given, B and Nk those of q and k: else InvalidInput at ("x", "shape")."""
+        x = self.x
+        if x is None:
+            return
+        batch, k_len = self.q.shape[0], self.k.shape[2]
+        if x.dim() != 3 or x.shape[0] not in (1, batch) or x.shape[1:] != (k_len, ctx.model_dim):
+            raise InvalidInput(("x", "shape"), f"expected ({batch}, {k_len}, {ctx.model_dim}), got {list(x.shape)}")
+
+
+@dataclass(frozen=True)
+class ScoreTerms:
+    """What a score_mod method returns.
+
+    logits (B, H, Nq, Nk) unmasked pre-softmax scores; value_table (Nq, Nk, Dv) or (H, Nq, Nk, Dv) or None:
+    a per-(i, j) term added to the values, so the output is Σ_j a_ij (v_j + value_table[i, j]) (Shaw's a^V).
+    """
+
+    logits: torch.Tensor
+    value_table: torch.Tensor | None = None
+    # Model-coupled methods: the position state leaving the layer, from the attention weights (B, H, Nq, Nk).
+    next_state: Callable[[torch.Tensor], Any] | None = None
+
+
+@dataclass(frozen=True)
+class AttentionWeights:
+    """What an attention method returns in place of the softmax.
+
+    weights (B, H, Nq, Nk), 0 at masked entries; leftover (B, H, Nq) or None (none: every row sums to 1 or
+    is empty): the mass no key received (stick-breaking). With ``leftover_to_current`` the output gives it to
+    the query's own value (v at the query's position); otherwise it is dropped.
+    """
+
+    weights: torch.Tensor
+    leftover: torch.Tensor | None = None
+    leftover_to_current: bool = False

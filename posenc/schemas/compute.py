@@ -110,10 +110,22 @@ class EncodingRequest(_Request):
 
 
 class AttentionRequest(_Request):
-    """``POST /v1/attention``: post-softmax weights (B, H, Nq, Nk) with the method applied by its kind."""
+    """``POST /v1/attention``: attention weights (B, H, Nq, Nk) with the method applied by its kind, and the
+    output (B, H, Nq, Dv) when ``v`` is given."""
 
     q: TensorIn
     k: TensorIn
+    v: TensorIn | None = Field(default=None, description="(B, H, Nk, Dv) values: the response then has 'output'")
+    x: TensorIn | None = Field(
+        default=None,
+        description="(B, Nk, D_model) the layer input at the key positions, for methods that read it (FoX's gates)",
+    )
+    state: dict[str, TensorIn] | None = Field(
+        default=None,
+        description="model-coupled methods (TAPE): the position state entering the layer, each tensor "
+        "(B, H, Nk, D) by name ('cos', 'sin'); default: the first layer's. The response has the state leaving "
+        "the layer as tensors 'state.<name>' (B, H, Nq, D)",
+    )
     causal: bool = Field(default=True, description="mask keys after the query (j > i + query_offset)")
     query_offset: int | None = Field(default=None, ge=0, le=MAX_LENGTH, description=QUERY_OFFSET_DESCRIPTION)
     key_padding_mask: TensorIn | list[list[bool]] | None = Field(

@@ -34,7 +34,7 @@ COMPUTE_REQUESTS: dict[str, type[ComputeRequest]] = {
 }
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired"})
-SyntheticTask = Literal["copy", "reverse", "addition"]
+SyntheticTask = Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
 
 
 class _Strict(BaseModel):
@@ -72,6 +72,11 @@ class ModelSpec(_Strict):
     dim: int = Field(default=128, ge=8, le=8192)
     heads: int = Field(default=4, ge=1, le=256)
     ffn_mult: int = Field(default=4, ge=1, le=16)
+    pairing: Literal["half", "interleaved"] = Field(
+        default="half",
+        description="rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or "
+        "interleaved (GPT-J/Meta)",
+    )
 
     @model_validator(mode="after")
     def _heads_divide_dim(self) -> ModelSpec:

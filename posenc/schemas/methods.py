@@ -14,8 +14,8 @@ class Kind(StrEnum):
     ABSOLUTE = "absolute"  # added to token embeddings: returns P (N, D) or (*grid, D)
     BIAS = "bias"  # added to the logits: returns B (H, Nq, Nk)
     ROTARY = "rotary"  # rotates q and k: returns frequencies, one shared apply
-    SCORE_MOD = "score_mod"  # content-dependent logit terms (declared; methods come later)
-    ATTENTION = "attention"  # replaces softmax (declared; methods come later)
+    SCORE_MOD = "score_mod"  # content-dependent logits from q, k and the layer input
+    ATTENTION = "attention"  # replaces the softmax: returns the attention weights
 
 
 class MethodInfo(BaseModel):
@@ -27,6 +27,18 @@ class MethodInfo(BaseModel):
     learned: bool = Field(description="has trainable parameters (supplied as tensors or initialised from a seed)")
     toeplitz: bool = Field(
         default=False, description="bias methods only: depends on i - j alone, so form='toeplitz' is available"
+    )
+    axes: int = Field(default=1, description="coordinates per position: 1 for sequences, 2 for images, 3 for video")
+    per_layer: bool = Field(
+        default=False, description="a model keeps one set of the method's learned parameters per layer"
+    )
+    needs: list[str] = Field(
+        default_factory=list, description="layer inputs the method reads besides q and k ('x': the layer input)"
+    )
+    causal_only: bool = Field(default=False, description="defined for causal attention only")
+    model_coupled: bool = Field(
+        default=False,
+        description="carries a position state from layer to layer (TAPE); /v1/attention gives one layer's update",
     )
     params_schema: dict[str, Any] = Field(description="JSON schema of 'params', with the paper's defaults")
     conventions: dict[str, str] = Field(

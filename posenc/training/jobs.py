@@ -97,6 +97,7 @@ def _model_config(spec: JobSpec, ref: MethodRef, vocab_size: int) -> ModelConfig
         dim=spec.model.dim,
         heads=spec.model.heads,
         ffn_mult=spec.model.ffn_mult,
+        pairing=spec.model.pairing,
         method=ref.method,
         params=dict(ref.params),
         train_length=spec.train.length,

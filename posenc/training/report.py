@@ -57,13 +57,22 @@ def table_csv(rows: Sequence[Row]) -> str:
     return buffer.getvalue()
 
 
-def plot_png(summary: Sequence[Row], metric: str, train_length: int, title: str) -> bytes:
-    """PNG of ``metric`` (mean over seeds) against length, one line per method, log-x, train length marked."""
+def load_plotting() -> Any:
+    """matplotlib's ``pyplot`` on the Agg backend (files only, no display), with the backend module the first
+    figure would load. Imported on first use: a second or more. A process that forks job processes calls this
+    ahead (``workers.signals``), so a benchmark job's plot does not pay the import."""
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    import matplotlib.backends.backend_agg
+    from matplotlib import pyplot
 
+    return pyplot
+
+
+def plot_png(summary: Sequence[Row], metric: str, train_length: int, title: str) -> bytes:
+    """PNG of ``metric`` (mean over seeds) against length, one line per method, log-x, train length marked."""
+    plt = load_plotting()
     figure, axes = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     try:
         methods = sorted({row["method"] for row in summary if row["metric"] == metric})

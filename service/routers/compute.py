@@ -17,10 +17,7 @@ from posenc.compute import (
     ATTENTION_TENSOR_FIELDS,
     ROTARY_TENSOR_FIELDS,
     Prepared,
-    prepare_attention,
-    prepare_bias,
-    prepare_encoding,
-    prepare_rotary,
+    prepare,
 )
 from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
 from posenc.settings import Settings
@@ -93,7 +90,7 @@ def _require_json(request: Request) -> None:
 def compute_bias(
     body: BiasRequest, media_type: MediaTypeDep, tensor: TensorNameDep, settings: SettingsDep, slots: SlotsDep
 ) -> Response:
-    return _respond(prepare_bias(body), media_type, tensor, settings, slots)
+    return _respond(prepare("bias", body), media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -111,7 +108,7 @@ def compute_rotary(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return _respond(prepare_rotary(parsed.request, parsed.binary), media_type, tensor, settings, slots)
+    return _respond(prepare("rotary", parsed.request, parsed.binary), media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -128,16 +125,18 @@ def compute_encoding(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return _respond(prepare_encoding(body), media_type, tensor, settings, slots)
+    return _respond(prepare("encodings", body), media_type, tensor, settings, slots)
 
 
 @router.post(
     "/attention",
     name="attention",
-    summary="Post-softmax attention weights (B, H, Nq, Nk) with the method applied by its kind",
+    summary="Attention weights (B, H, Nq, Nk) of any method, and the output (B, H, Nq, Dv) when v is given",
     response_class=Response,
     responses=tensor_responses(
-        "tensor `weights`; with stats also `entropy` (H,), `mean_distance` (H,) and `mass_by_distance` (H, max(Nq, Nk))"
+        "tensor `weights`; with v also `output` (B, H, Nq, Dv) (and `leftover` (B, H, Nq) for methods that keep "
+        "mass for no key); with stats also `entropy` (H,), `mean_distance` (H,) and `mass_by_distance` "
+        "(H, max(Nq, Nk))"
     ),
     openapi_extra=binary_request_body(AttentionRequest, sorted(ATTENTION_TENSOR_FIELDS)),
 )
@@ -148,4 +147,4 @@ def compute_attention(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return _respond(prepare_attention(parsed.request, parsed.binary), media_type, tensor, settings, slots)
+    return _respond(prepare("attention", parsed.request, parsed.binary), media_type, tensor, settings, slots)

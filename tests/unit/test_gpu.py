@@ -87,3 +87,29 @@ def test_a_training_job_runs_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert result["device"] == "cuda"
     assert torch.isfinite(torch.tensor(result["final_loss"]))
     assert (tmp_path / "job" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "transformer_xl", "fox", "cope"])
+def test_flex_attention_trains_like_the_materialised_path_on_cuda(name: str) -> None:
+    """On CUDA, bias and score_mod methods train through compiled FlexAttention: output and gradients equal
+    the materialised attention's."""
+    from posenc.pe.appliers import Layer, build_applier, future_mask, positions
+
+    if name not in {spec.name for spec in pe.list_methods()}:
+        pytest.fail(f"{name} is not registered")
+    spec = pe.get_method(name)
+    layer = Layer(num_heads=4, head_dim=32, causal=True, model_dim=128, device=CUDA)
+    applier = build_applier(spec, spec.parse_params({}), layer)
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(2, 4, 128, 32, generator=generator).to(CUDA).requires_grad_() for _ in range(3)]
+    x = torch.randn(2, 128, 128, generator=generator).to(CUDA)
+    flex = applier.flex_attend(*inputs, x=x)
+    assert flex is not None
+    flex_grads = torch.autograd.grad(flex.sum(), inputs)
+    pos = positions(128, CUDA)
+    reference = applier.attend(*inputs, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos), x=x).output
+    assert reference is not None
+    reference_grads = torch.autograd.grad(reference.sum(), inputs)
+    torch.testing.assert_close(flex, reference, rtol=2e-4, atol=2e-4)
+    for got, expected in zip(flex_grads, reference_grads, strict=True):
+        torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3)

@@ -1,5 +1,6 @@
 """The import rules of architecture.md, checked three ways: a fresh interpreter, the AST of every file
-under posenc/, and import-linter's contracts from pyproject.toml."""
+under posenc/, and import-linter's contracts from pyproject.toml. That PE families never import each other is
+checked here on the AST, with the families read from the registry (a new method needs no list updated)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,32 @@ def test_import_linter_contracts_hold() -> None:
     result = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BROKEN" not in result.stdout
+
+
+# What a family module may import from posenc.pe: the shared halves, never another family.
+PE_SHARED = {"posenc.pe.ops", "posenc.pe.kinds", "posenc.pe.registry", "posenc.pe.types"}
+
+
+def posenc_pe_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("posenc.pe."))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("posenc.pe."):
+                names.add(node.module)
+            elif node.module == "posenc.pe":
+                names.update(f"posenc.pe.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_pe_families_never_import_each_other() -> None:
+    from posenc.pe import list_methods
+
+    families = sorted({spec.family for spec in list_methods()})
+    assert len(families) >= 10
+    for family in families:
+        imported = posenc_pe_imports(POSENC / "pe" / f"{family}.py")
+        others = sorted(name for name in imported if name not in PE_SHARED)
+        assert others == [], f"posenc.pe.{family} imports {others}"

@@ -27,7 +27,8 @@ class Artifact(BaseModel):
 
 class AttentionRequest(BaseModel):
     """
-    ``POST /v1/attention``: post-softmax weights (B, H, Nq, Nk) with the method applied by its kind.
+    ``POST /v1/attention``: attention weights (B, H, Nq, Nk) with the method applied by its kind, and the
+    output (B, H, Nq, Dv) when ``v`` is given.
     """
 
     model_config = ConfigDict(
@@ -67,9 +68,21 @@ class AttentionRequest(BaseModel):
     """
     logit scale; default 1/sqrt(D)
     """
+    state: Annotated[dict[str, TensorData | RandomTensor] | None, Field(title="State")] = None
+    """
+    model-coupled methods (TAPE): the position state entering the layer, each tensor (B, H, Nk, D) by name ('cos', 'sin'); default: the first layer's. The response has the state leaving the layer as tensors 'state.<name>' (B, H, Nq, D)
+    """
     stats: Annotated[bool, Field(title="Stats")] = True
     """
     per-head entropy, mean distance, mass by distance
+    """
+    v: Annotated[TensorData | RandomTensor | None, Field(title="V")] = None
+    """
+    (B, H, Nk, Dv) values: the response then has 'output'
+    """
+    x: Annotated[TensorData | RandomTensor | None, Field(title="X")] = None
+    """
+    (B, Nk, D_model) the layer input at the key positions, for methods that read it (FoX's gates)
     """
 
 
@@ -151,7 +164,10 @@ class DataSpec(BaseModel):
     """
     'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
     """
-    task: Annotated[Literal["copy", "reverse", "addition"] | None, Field(title="Task")] = None
+    task: Annotated[
+        Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"] | None,
+        Field(title="Task"),
+    ] = None
     val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
 
 
@@ -319,6 +335,14 @@ class MethodInfo(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    axes: Annotated[int, Field(title="Axes")] = 1
+    """
+    coordinates per position: 1 for sequences, 2 for images, 3 for video
+    """
+    causal_only: Annotated[bool, Field(title="Causal Only")] = False
+    """
+    defined for causal attention only
+    """
     conventions: Annotated[dict[str, str] | None, Field(title="Conventions")] = None
     """
     the conventions papers disagree on, and which one this method follows
@@ -338,7 +362,15 @@ class MethodInfo(BaseModel):
     """
     has trainable parameters (supplied as tensors or initialised from a seed)
     """
+    model_coupled: Annotated[bool, Field(title="Model Coupled")] = False
+    """
+    carries a position state from layer to layer (TAPE); /v1/attention gives one layer's update
+    """
     name: Annotated[str, Field(title="Name")]
+    needs: Annotated[list[str] | None, Field(title="Needs")] = None
+    """
+    layer inputs the method reads besides q and k ('x': the layer input)
+    """
     paper: Annotated[str, Field(title="Paper")]
     """
     citation and URL of the paper the formula comes from
@@ -346,6 +378,10 @@ class MethodInfo(BaseModel):
     params_schema: Annotated[dict[str, Any], Field(title="Params Schema")]
     """
     JSON schema of 'params', with the paper's defaults
+    """
+    per_layer: Annotated[bool, Field(title="Per Layer")] = False
+    """
+    a model keeps one set of the method's learned parameters per layer
     """
     summary: Annotated[str, Field(title="Summary")]
     """
@@ -381,6 +417,10 @@ class ModelSpec(BaseModel):
     ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
     heads: Annotated[int, Field(ge=1, le=256, title="Heads")] = 4
     layers: Annotated[int, Field(ge=1, le=48, title="Layers")] = 2
+    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    """
+    rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or interleaved (GPT-J/Meta)
+    """
 
 
 class Position(RootModel[int]):

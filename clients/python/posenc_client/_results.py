@@ -102,8 +102,19 @@ class EncodingResult(TensorResult):
 class AttentionResult(TensorResult):
     @property
     def weights(self) -> Any:
-        """Post-softmax attention (B, H, Nq, Nk)."""
+        """Attention weights (B, H, Nq, Nk): post-softmax, or what a method of kind ``attention`` puts in its
+        place (rows may then sum to less than one, the rest being ``leftover``)."""
         return self.tensors["weights"]
+
+    @property
+    def output(self) -> Any | None:
+        """weights @ v (B, H, Nq, Dv) when ``v`` was given, else None."""
+        return self.tensors.get("output")
+
+    @property
+    def leftover(self) -> Any | None:
+        """(B, H, Nq): the mass given to no key, for methods of kind ``attention`` called with ``v``; else None."""
+        return self.tensors.get("leftover")
 
     @property
     def entropy(self) -> Any | None:

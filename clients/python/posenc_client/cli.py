@@ -114,7 +114,7 @@ def _methods(client: Client, args: argparse.Namespace) -> int:
         _print_json([method.model_dump(mode="json") for method in methods])
     else:
         _print_table(
-            ["name", "kind", "family", "learned", "paper"],
+            ["name", "kind", "family", "learned", "notes", "paper"],
             [_method_row(method) for method in methods],
         )
     return 0
@@ -126,8 +126,20 @@ def _method_row(method: MethodInfo) -> list[str]:
         str(method.kind),
         method.family,
         "yes" if method.learned else "",
+        _method_notes(method),
         _clip(method.paper, 60),
     ]
+
+
+def _method_notes(method: MethodInfo) -> str:
+    """per-layer, needs x, causal-only, 2d/3d: what a caller must know beyond the kind, compactly."""
+    notes = ["per-layer"] if method.per_layer else []
+    notes += [f"needs-{need}" for need in method.needs or []]
+    if method.causal_only:
+        notes.append("causal-only")
+    if method.axes != 1:
+        notes.append(f"{method.axes}d")
+    return ",".join(notes)
 
 
 def _bias(client: Client, args: argparse.Namespace) -> int:

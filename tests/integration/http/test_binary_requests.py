@@ -109,3 +109,45 @@ def test_declared_shapes_are_budgeted_before_decoding(make_client: Any, wire: An
 def test_garbage_is_422(client: TestClient, wire: Any) -> None:
     response = client.post("/v1/attention", content=b"\x05\x00\x00", headers=BINARY)
     assert wire.locs(wire.problem(response, 422)) == [["body"]]
+
+
+def test_a_learned_table_in_a_safetensors_body_equals_it_inline(client: TestClient, wire: Any, inline: Any) -> None:
+    """params.<name> tensors stand in for the method's tensor parameters (here T5's bucket table)."""
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, 5, 8, generator=generator)
+    v = torch.randn(1, 2, 5, 4, generator=generator)
+    table = torch.randn(32, 2, generator=generator)  # (num_buckets, H)
+    request = {"method": "t5", "causal": True}
+    binary = client.post(
+        "/v1/attention",
+        content=body({"q": q, "k": q.clone(), "v": v, "params.table": table}, request),
+        headers=BINARY,
+    )
+    assert binary.status_code == 200, binary.text
+    as_json = client.post(
+        "/v1/attention",
+        json=request | {"q": inline(q), "k": inline(q), "v": inline(v), "params": {"table": inline(table)}},
+        headers={"Accept": "application/vnd.safetensors"},
+    )
+    assert as_json.status_code == 200, as_json.text
+    got, meta = wire.safetensors(binary)
+    expected, _ = wire.safetensors(as_json)
+    assert set(got) >= {"weights", "output"}
+    for name in ("weights", "output"):
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+    assert meta["parameters"] == "supplied"
+    seeded, _ = wire.safetensors(
+        client.post("/v1/attention", content=body({"q": q, "k": q.clone()}, request), headers=BINARY)
+    )
+    assert not torch.equal(seeded["weights"], got["weights"])  # the table was used, not the seeded one
+
+
+def test_an_unknown_tensor_name_names_the_params_prefix(client: TestClient, wire: Any) -> None:
+    q = torch.zeros(1, 1, 2, 4)
+    response = client.post(
+        "/v1/attention",
+        content=body({"q": q, "k": q.clone(), "bogus": q.clone()}, {"method": "alibi"}),
+        headers=BINARY,
+    )
+    problem = wire.problem(response, 422)
+    assert "<group>.<name>" in json.dumps(problem)

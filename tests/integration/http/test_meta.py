@@ -37,12 +37,16 @@ LEARNED = [spec for spec in list_methods() if spec.learned]
 def test_learned_methods_say_they_were_seeded(client: TestClient, spec: Any) -> None:
     if spec.kind.value == "bias":
         response = client.post("/v1/bias", json={"method": spec.name, "num_heads": 2, "query_length": 4})
-    else:
+    elif spec.kind.value == "absolute":
         response = client.post("/v1/encodings", json={"method": spec.name, "length": 4, "dim": 8})
+    else:
+        tensor = {"random": {"shape": [1, 2, 4, 8]}}
+        request = {"method": spec.name, "q": tensor, "k": tensor, "x": {"random": {"shape": [1, 4, 16]}}}
+        response = client.post("/v1/attention", json=request)
     assert response.status_code == 200, response.text
     meta = response.json()["meta"]
     assert meta["parameters"] == "seeded"
-    assert meta["seed"] == 0
+    assert meta["seed"] == (0 if "seed" in spec.params_model.model_fields else None)
 
 
 def test_learned_parameters_supplied_are_summarised_not_echoed(client: TestClient, wire: Any, inline: Any) -> None:

@@ -27,6 +27,7 @@ def test_methods_table_and_json(compute_gateway: Any) -> None:
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
     assert header.split()[:3] == ["NAME", "KIND", "FAMILY"]
+    assert "NOTES" in header.split()  # per-layer, needs-x, causal-only, 2d/3d
     assert any(row.split()[:2] == ["alibi", "bias"] for row in rows)
 
     listed = run_cli("methods", "--json", url=compute_gateway.url)

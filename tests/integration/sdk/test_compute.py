@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -198,6 +199,101 @@ def test_attention_weights_mask_and_stats(call: Call, upload: str) -> None:
     plain = call(lambda c: c.attention.compute(q, k, method="rope", stats=False, causal=False))
     assert set(plain.tensors) == {"weights"}
     assert plain.entropy is None
+
+
+@pytest.mark.parametrize("upload", ["json", "safetensors"])
+def test_attention_output_is_the_weights_times_v(call: Call, upload: str) -> None:
+    generator = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 2, 5, 8, generator=generator)
+    k = torch.randn(2, 2, 5, 8, generator=generator)
+    v = torch.randn(2, 2, 5, 3, generator=generator)
+    x = torch.randn(2, 5, 16, generator=generator)  # alibi does not read the layer input, but accepts it
+    result = call(lambda c: c.attention.compute(q, k, method="alibi", v=v, x=x, upload=upload))
+    assert result.output.shape == (2, 2, 5, 3)
+    torch.testing.assert_close(result.output, result.weights @ v)
+    assert result.leftover is None  # softmax kinds give every row's mass to the keys
+    without_x = call(lambda c: c.attention.compute(q, k, method="alibi", v=v.numpy(), upload=upload))
+    torch.testing.assert_close(without_x.weights, result.weights, rtol=0, atol=0)
+    torch.testing.assert_close(without_x.output, result.output, rtol=0, atol=0)
+
+    no_v = call(lambda c: c.attention.compute(q, k, method="alibi", stats=False, upload=upload))
+    assert no_v.output is None
+    assert no_v.leftover is None
+
+
+def test_methods_that_replace_the_softmax_report_the_leftover(call: Call) -> None:
+    replacing = call(lambda c: c.methods.list(kind="attention"))
+    assert {m.name for m in replacing} >= {"stick_breaking", "da_transformer"}
+    generator = torch.Generator().manual_seed(6)
+    q, k = torch.randn(2, 1, 2, 5, 8, generator=generator)
+    v = torch.randn(1, 2, 5, 3, generator=generator)
+    x = torch.randn(1, 5, 16, generator=generator)
+    for method in replacing:
+        result = call(lambda c, name=method.name: c.attention.compute(q, k, method=name, v=v, x=x))
+        assert result.leftover.shape == (1, 2, 5), method.name
+        torch.testing.assert_close(result.weights.sum(-1) + result.leftover, torch.ones(1, 2, 5))
+        assert result.output.shape == (1, 2, 5, 3), method.name  # how the leftover enters it is the method's
+
+
+def test_a_tensor_param_goes_inline_or_as_a_params_tensor(call: Call) -> None:
+    """T5's learned bucket table (num_buckets, H) as a numpy array: the same weights in both upload modes,
+    and not the seeded default table's."""
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, 6, 8, generator=generator)
+    k = torch.randn(1, 2, 6, 8, generator=generator)
+    v = torch.randn(1, 2, 6, 4, generator=generator)
+    table = np.random.default_rng(7).normal(size=(32, 2)).astype(np.float32)
+    params = {"table": table, "num_buckets": 32}
+
+    def t5(upload: str, **extra: Any) -> Any:
+        return call(lambda c: c.attention.compute(q, k, method="t5", v=v, upload=upload, **extra))
+
+    inline = t5("json", params=params)
+    uploaded = t5("safetensors", params=params)
+    torch.testing.assert_close(uploaded.weights, inline.weights, rtol=0, atol=0)
+    torch.testing.assert_close(uploaded.output, inline.output, rtol=0, atol=0)
+    assert inline.meta["parameters"] == uploaded.meta["parameters"] == "supplied"
+    seeded = t5("safetensors")
+    assert not torch.equal(seeded.weights, inline.weights)
+    torch.testing.assert_close(inline.output, inline.weights @ v)
+    as_torch = t5("safetensors", params={"table": torch.from_numpy(table)})
+    torch.testing.assert_close(as_torch.weights, inline.weights, rtol=0, atol=0)
+
+
+def test_how_tensor_params_travel_in_the_request() -> None:
+    from posenc_client._safetensors import read_safetensors
+    from posenc_client.resources.attention import _attention_request
+
+    table = np.arange(64, dtype=np.float32).reshape(32, 2)
+    common: dict[str, Any] = {
+        "method": "t5",
+        "v": None,
+        "x": [[[0.0] * 4] * 3],
+        "params": {"table": table, "seed": np.int64(3)},
+        "causal": True,
+        "query_offset": None,
+        "key_padding_mask": None,
+        "stats": True,
+        "scale": None,
+        "pairing": "half",
+        "dtype": None,
+        "accept": None,
+    }
+    q = {"random": {"shape": [1, 2, 3, 8]}}
+    as_json = _attention_request(q, q, upload="json", **common).json_body
+    assert as_json["params"]["seed"] == 3
+    assert as_json["params"]["table"]["shape"] == [32, 2]
+    assert as_json["params"]["table"]["dtype"] == "float32"
+    assert as_json["x"]["shape"] == [1, 3, 4]
+
+    body = _attention_request(q, q, upload="safetensors", **common).content
+    assert body is not None
+    tensors, metadata = read_safetensors(body)
+    assert set(tensors) == {"x", "params.table"}
+    assert tensors["params.table"].shape == (32, 2)
+    request = json.loads(metadata["request"])
+    assert request["params"] == {"seed": 3}
+    assert request["q"] == q
 
 
 # ------------------------------------------------------------------------------------------------- plots

@@ -155,7 +155,7 @@ WIDER_W2 = _wire([[0.0] * WIDTH] * (HEADS + 1), [HEADS + 1, WIDTH])
 def test_weights_of_the_wrong_shape_name_the_field(field: str, heads: int, override: dict[str, Any]) -> None:
     with pytest.raises(InvalidInput) as info:
         _bias(4, 4, heads=heads, **{**SUPPLIED, **override})
-    assert info.value.loc == ("body", "params", field, "shape")
+    assert info.value.loc == ("params", field, "shape")
 
 
 @pytest.mark.parametrize("params", [{"c": 0.0}, {"eps": 0.0}, {"L_init": -1}, {"mlp_width": 0}])

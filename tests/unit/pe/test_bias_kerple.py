@@ -136,7 +136,7 @@ def test_one_value_per_head(name: str, field: str) -> None:
     too_few: dict[str, Any] = {field: [0.5, 0.5]}  # 2 values for 3 heads
     with pytest.raises(InvalidInput) as info:
         _bias(name, 3, 4, 4, **too_few)
-    assert info.value.loc == ("body", "params", field)
+    assert info.value.loc == ("params", field)
 
 
 @pytest.mark.parametrize(

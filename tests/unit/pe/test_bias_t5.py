@@ -152,7 +152,7 @@ def test_seeded_table_is_standard_normal_by_default() -> None:
 def test_table_of_the_wrong_shape_names_the_field() -> None:
     with pytest.raises(InvalidInput) as info:
         _bias(3, 4, 4, causal=False, **_supplied(2))
-    assert info.value.loc == ("body", "params", "table", "shape")
+    assert info.value.loc == ("params", "table", "shape")
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_an_unset_direction_is_checked_against_the_requests_direction() -> None:
     torch.testing.assert_close(not_causal, explicit, rtol=0, atol=0)
     with pytest.raises(InvalidInput) as info:
         _bias(2, 6, 6, causal=True, max_distance=10)
-    assert info.value.loc == ("body", "params", "max_distance")
+    assert info.value.loc == ("params", "max_distance")
     assert "16" in info.value.msg
 
 

@@ -135,7 +135,7 @@ def test_raw_positions_that_overflow_float32_are_refused_naming_scale_center() -
     positions = torch.arange(59_990, 60_000)
     with pytest.raises(InvalidInput, match="scale_center='midpoint'") as refused:
         _scores_in(torch.float32, positions, 60_000)
-    assert refused.value.loc == ("body", "params", "scale_center")
+    assert refused.value.loc == ("params", "scale_center")
 
 
 def test_midpoint_centring_keeps_float32_finite_and_gives_the_raw_scores() -> None:

@@ -54,7 +54,7 @@ def test_validation_refuses_what_the_schema_cannot_check(text_file: Path) -> Non
     with pytest.raises(InvalidInput, match="greater than 1") as bad_param:
         validate_spec("train", tiny_spec(text_file, ["rope"], methods=[{"method": "rope", "params": {"base": -1}}]))
     assert bad_param.value.loc == ("body", "spec", "methods", 0, "params", "base")
-    with pytest.raises(InvalidInput, match="2D/3D") as refused:
+    with pytest.raises(InvalidInput, match="2D positions") as refused:
         validate_spec("train", tiny_spec(text_file, ["sinusoidal_2d"]))
     assert refused.value.loc == ("body", "spec", "methods", 0, "method")
     with pytest.raises(InvalidInput, match="exactly one method"):
@@ -212,3 +212,13 @@ def test_task_benchmark_reports_exact_match(tmp_path: Path) -> None:
     assert {row["metric"] for row in result["table"]} == {"exact_match"}
     assert all(0.0 <= row["value"] <= 1.0 for row in result["table"])
     assert result["protocol"] == "greedy_exact_match"
+
+
+def test_a_method_whose_table_is_shorter_than_the_evaluation_is_refused_before_queueing(text_file: Path) -> None:
+    """Huang's signed table covers |i - j| < max_position: the job's longest evaluation sequence is checked at
+    submission (one query against every key), not discovered minutes into the job."""
+    methods = [{"method": "huang", "params": {"max_position": 100}}]
+    with pytest.raises(InvalidInput, match="max_position") as refused:
+        validate_spec("benchmark", tiny_spec(text_file, [], methods=methods, eval={"lengths": [32, 256]}))
+    assert refused.value.loc == ("body", "spec", "methods", 0, "params", "max_position")
+    validate_spec("benchmark", tiny_spec(text_file, [], methods=methods, eval={"lengths": [32, 64]}))

@@ -54,14 +54,23 @@ def test_causality_future_tokens_do_not_change_past_logits() -> None:
         assert torch.allclose(model(ids)[0, :8], model(changed)[0, :8], atol=1e-6), method
 
 
-def test_position_matters_for_explicit_pe_but_the_pe_is_cached() -> None:
+def test_a_fixed_bias_is_built_once_per_length_and_is_causal() -> None:
     model = TinyTransformer(tiny_config("alibi"), seed=0)
     model(torch.zeros(1, 9, dtype=torch.int64))
-    mask = model.pe.attention_mask(9, torch.device("cpu"))
-    assert mask is not None
+    cached = list(model.pe._cache.values())
+    assert len(cached) == 1
+    mask = cached[0]
     assert mask.shape == (2, 9, 9)
-    assert mask is model.pe.attention_mask(9, torch.device("cpu"))  # built once per length
+    model(torch.ones(2, 9, dtype=torch.int64))
+    assert next(iter(model.pe._cache.values())) is mask  # built once per length
     assert torch.isinf(mask[:, 0, 1:]).all()  # causal −inf above the diagonal
+
+
+def test_pairing_reaches_the_rotation() -> None:
+    ids = torch.randint(0, VOCAB, (1, 12))
+    half = TinyTransformer(tiny_config("rope"), seed=0)
+    interleaved = TinyTransformer(dataclasses.replace(tiny_config("rope"), pairing="interleaved"), seed=0)
+    assert not torch.allclose(half(ids), interleaved(ids))
 
 
 def _learned_absolute_with_init(max_positions: int) -> object:
@@ -92,3 +101,34 @@ def test_a_learned_method_without_learned_init_cannot_be_built(monkeypatch: pyte
     monkeypatch.setattr(model_module, "get_method", lambda name: spec)
     with pytest.raises(ValueError, match="learned_init"):
         TinyTransformer(tiny_config("learned_absolute"), seed=0)
+
+
+def test_per_layer_methods_get_one_instance_per_layer_and_shared_ones_one() -> None:
+    per_layer = TinyTransformer(tiny_config("transformer_xl"), seed=0)
+    state = per_layer.state_dict()
+    first, second = state["blocks.0.pe.learned.w_r"], state["blocks.1.pe.learned.w_r"]
+    assert first.shape == second.shape == (16, 16)  # W_R: Linear(D, H·d_head)
+    assert not torch.equal(first, second)  # layer l draws from seed + l
+    ids = torch.randint(0, VOCAB, (2, 9))
+    per_layer(ids).sum().backward()
+    for block in per_layer.blocks:
+        assert block.pe is not None
+        assert block.pe.learned["w_r"].grad is not None
+    assert not [name for name in state if name.startswith("pe.")], "the shared instance holds no unused weights"
+    shared = TinyTransformer(tiny_config("t5"), seed=0)
+    assert [name for name in shared.state_dict() if ".pe." in name or name.startswith("pe.")] == ["pe.learned.table"]
+
+
+@pytest.mark.parametrize("method", ["shaw", "transformer_xl", "tener", "huang", "cape", "fox", "cope", "tape"])
+def test_content_methods_train_and_stay_causal(method: str) -> None:
+    model = TinyTransformer(tiny_config(method), seed=0)
+    ids = torch.randint(0, VOCAB, (1, 12))
+    changed = ids.clone()
+    changed[0, 8:] = (changed[0, 8:] + 1) % VOCAB
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids)[0, :8], model(changed)[0, :8], atol=1e-5, rtol=1e-5)
+    loss = model(ids).logsumexp(-1).mean()
+    loss.backward()
+    learned = [p for name, p in model.named_parameters() if "pe.learned" in name]
+    assert learned, "the method's weights are model parameters"
+    assert all(torch.isfinite(p.grad).all() for p in learned if p.grad is not None)

@@ -1,4 +1,5 @@
-"""``POST /v1/attention``: post-softmax attention maps with any method applied by its kind, and statistics."""
+"""``POST /v1/attention``: attention maps with any method applied by its kind, the output with ``v``, and
+statistics."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def _attention_request(
     q: Any,
     k: Any,
     *,
+    v: Any,
+    x: Any,
     method: str,
     params: dict[str, Any] | None,
     causal: bool,
@@ -44,6 +47,8 @@ def _attention_request(
     tensors = {
         "q": TensorArg(q, "float32"),
         "k": TensorArg(k, "float32"),
+        "v": None if v is None else TensorArg(v, "float32"),
+        "x": None if x is None else TensorArg(x, "float32"),
         "key_padding_mask": None if key_padding_mask is None else TensorArg(key_padding_mask, "bool"),
     }
     body = build_body(fields, tensors, upload=upload, binary_allowed=True)
@@ -57,6 +62,8 @@ class Attention(SyncResource):
         k: Any,
         *,
         method: str,
+        v: Any = None,
+        x: Any = None,
         params: dict[str, Any] | None = None,
         causal: bool = True,
         query_offset: int | None = None,
@@ -72,10 +79,18 @@ class Attention(SyncResource):
         """``weights`` (B, H, Nq, Nk) and, with ``stats``, per head ``entropy``, ``mean_distance`` and
         ``mass_by_distance``. q and k are (B, H, N, D); key_padding_mask (B, Nk) booleans, true = padding.
         Query i sits at position i + ``query_offset`` (default: Nk - Nq when Nk > Nq, the queries being the last
-        tokens as in KV-cache decoding; else 0)."""
+        tokens as in KV-cache decoding; else 0).
+
+        ``v`` (B, H, Nk, Dv) adds ``output`` (B, H, Nq, Dv), and for methods of kind ``attention`` (which
+        replace the softmax) ``leftover`` (B, H, Nq), the mass given to no key. ``x`` (B, Nk, D_model) is the
+        layer input, for methods that read it (``MethodInfo.needs``, e.g. FoX's gates). Tensor-valued
+        ``params`` (torch tensors, numpy arrays: learned weights such as T5's ``table``) are sent like q and k:
+        inline, or as ``params.<name>`` tensors of a safetensors upload."""
         request = _attention_request(
             q,
             k,
+            v=v,
+            x=x,
             method=method,
             params=params,
             causal=causal,
@@ -99,6 +114,8 @@ class AsyncAttention(AsyncResource):
         k: Any,
         *,
         method: str,
+        v: Any = None,
+        x: Any = None,
         params: dict[str, Any] | None = None,
         causal: bool = True,
         query_offset: int | None = None,
@@ -114,6 +131,8 @@ class AsyncAttention(AsyncResource):
         request = _attention_request(
             q,
             k,
+            v=v,
+            x=x,
             method=method,
             params=params,
             causal=causal,

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from posenc_client._backends import ReturnFormat
 from posenc_client._results import BiasResult
 from posenc_client._transport import HTTPRequest
-from posenc_client._uploads import Body
+from posenc_client._uploads import build_body
 from posenc_client.resources._base import AsyncResource, SyncResource
 from posenc_client.resources._compute import OCTET_STREAM, compute_request, params_or_empty
 
@@ -41,7 +41,9 @@ def _bias_request(
         body["key_length"] = key_length
     if query_offset is not None:
         body["query_offset"] = query_offset
-    return compute_request("/v1/bias", Body(json_body=body), accept=accept or OCTET_STREAM)
+    return compute_request(
+        "/v1/bias", build_body(body, {}, upload="json", binary_allowed=False), accept=accept or OCTET_STREAM
+    )
 
 
 FILE_TYPES = {".npy": "application/x-npy", ".safetensors": "application/vnd.safetensors"}

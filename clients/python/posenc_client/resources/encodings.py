@@ -8,7 +8,7 @@ from typing import Any, Literal
 from posenc_client._backends import ReturnFormat
 from posenc_client._results import EncodingResult
 from posenc_client._transport import HTTPRequest
-from posenc_client._uploads import Body
+from posenc_client._uploads import build_body
 from posenc_client.resources._base import AsyncResource, SyncResource
 from posenc_client.resources._compute import OCTET_STREAM, compute_request, params_or_empty
 
@@ -32,7 +32,9 @@ def _encoding_request(
         body["length"] = length
     else:
         body["grid"] = list(grid or ())
-    return compute_request("/v1/encodings", Body(json_body=body), accept=accept or OCTET_STREAM)
+    return compute_request(
+        "/v1/encodings", build_body(body, {}, upload="json", binary_allowed=False), accept=accept or OCTET_STREAM
+    )
 
 
 class Encodings(SyncResource):

@@ -1,0 +1,35 @@
+"""Fixtures every test folder can use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def _example_params(name: str, rotary_dim: int = 8) -> dict[str, Any]:
+    """Values for the params a method requires (everything else keeps the paper's defaults).
+
+    Seq lengths in the tests are a few tokens, so the "original" context is set small enough for the
+    scaled methods to actually scale.
+    """
+    half = rotary_dim // 2
+    required: dict[str, dict[str, Any]] = {
+        "rope_linear": {"factor": 2.0},
+        "rope_ntk": {"factor": 2.0},
+        "rope_dynamic_ntk": {"factor": 2.0, "original_max_position_embeddings": 4},
+        "rope_yarn": {"factor": 4.0, "original_max_position_embeddings": 4},
+        "rope_longrope": {
+            "short_factor": [1.0 + 0.5 * i for i in range(half)],
+            "long_factor": [2.0 + i for i in range(half)],
+            "original_max_position_embeddings": 4,
+            "max_position_embeddings": 16,
+        },
+    }
+    return required.get(name, {})
+
+
+@pytest.fixture
+def example_params() -> Callable[..., dict[str, Any]]:
+    return _example_params

@@ -1,0 +1,143 @@
+"""The appliers (posenc.pe.appliers): one per kind, the fused training path equal to the materialised one, errors
+named relative to the method's own inputs, and no kind branching outside posenc.pe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from posenc.errors import InvalidInput, located
+from posenc.pe import get_method, list_methods
+from posenc.pe.appliers import (
+    AbsoluteApplier,
+    Applier,
+    AttentionApplier,
+    BiasApplier,
+    Layer,
+    RotaryApplier,
+    ScoreModApplier,
+    build_applier,
+    future_mask,
+    positions,
+)
+from posenc.schemas.methods import Kind
+
+REPO = Path(__file__).resolve().parents[3]
+ONE_DIMENSIONAL = [spec.name for spec in list_methods() if spec.axes == 1]
+
+
+def _layer(**overrides: object) -> Layer:
+    values: dict[str, object] = {"num_heads": 2, "head_dim": 8, "causal": True, "model_dim": 16}
+    values.update(overrides)
+    return Layer(**values)  # type: ignore[arg-type]
+
+
+def test_every_kind_has_its_applier(example_params: Callable[..., dict[str, Any]]) -> None:
+    expected: dict[Kind, type[Applier]] = {
+        Kind.ABSOLUTE: AbsoluteApplier,
+        Kind.BIAS: BiasApplier,
+        Kind.ROTARY: RotaryApplier,
+        Kind.SCORE_MOD: ScoreModApplier,
+        Kind.ATTENTION: AttentionApplier,
+    }
+    for spec in list_methods():
+        applier = build_applier(spec, spec.parse_params(example_params(spec.name)), _layer())
+        assert type(applier) is expected[spec.kind], spec.name
+
+
+@pytest.mark.parametrize("name", ONE_DIMENSIONAL)
+def test_the_fused_training_path_equals_the_materialised_attention(
+    name: str, example_params: Callable[..., dict[str, Any]]
+) -> None:
+    """fast_attend (scaled_dot_product_attention for absolute, bias and rotary kinds) against attend."""
+    spec = get_method(name)
+    applier = build_applier(spec, spec.parse_params(example_params(name)), _layer())
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 11, 8, generator=generator) for _ in range(3))  # (B, H, T, d)
+    x = torch.randn(2, 11, 16, generator=generator)  # (B, T, D_model)
+    pos = positions(11, torch.device("cpu"))
+    # an absolute method enters through the embedding, before q and k exist: compare on embedded inputs
+    embedded_q, embedded_k = applier.embed(q, pos), applier.embed(k, pos)
+    fused = applier.fast_attend(embedded_q, embedded_k, v, x=x)
+    plain = Applier(spec, applier.params, applier.layer) if spec.kind is Kind.ABSOLUTE else applier
+    reference = plain.attend(embedded_q, embedded_k, v, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos), x=x)
+    assert reference.output is not None
+    torch.testing.assert_close(fused, reference.output, atol=2e-5, rtol=1e-5)
+
+
+def test_rotary_odd_head_dim_is_named_relative_to_the_inputs_and_callers_add_their_prefix() -> None:
+    spec = get_method("rope")
+    applier = build_applier(spec, spec.parse_params({}), _layer(head_dim=7))
+    with pytest.raises(InvalidInput) as plain:
+        applier.check()
+    assert plain.value.loc == ("q", "shape")
+    with pytest.raises(InvalidInput) as prefixed, located(("body",)):
+        applier.check()
+    assert prefixed.value.loc == ("body", "q", "shape")
+
+
+def test_causal_only_methods_refuse_bidirectional_layers(example_params: Callable[..., dict[str, Any]]) -> None:
+    causal_only = [spec for spec in list_methods() if spec.causal_only]
+    for spec in causal_only:
+        with pytest.raises(InvalidInput, match="causal attention only") as refused:
+            build_applier(spec, spec.parse_params(example_params(spec.name)), _layer(causal=False)).check()
+        assert refused.value.loc == ("causal",)
+
+
+def test_no_code_outside_posenc_pe_branches_on_a_methods_kind() -> None:
+    """The design rule: only posenc.pe looks at a method's kind to decide what to do."""
+    branching = re.compile(r"\.kind\s+(is|==|!=|is not|in|not in)\b|Kind\.(ABSOLUTE|BIAS|ROTARY|SCORE_MOD|ATTENTION)")
+    offenders = []
+    for folder in ("posenc", "service", "workers", "clients/python/src"):
+        for path in (REPO / folder).rglob("*.py"):
+            relative = path.relative_to(REPO).as_posix()
+            if relative.startswith(("posenc/pe/", "posenc/schemas/")):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if branching.search(line):
+                    offenders.append(f"{relative}:{number}: {line.strip()}")
+    # the compute routes name the kinds they serve (a bias table exists for bias methods only): a declaration
+    allowed = re.compile(r"resolve_method\(request\.method, Kind\.")
+    assert [line for line in offenders if not allowed.search(line)] == []
+
+
+FLEX_METHODS = [spec.name for spec in list_methods() if spec.axes == 1 and spec.kind in (Kind.BIAS, Kind.SCORE_MOD)]
+
+
+@pytest.mark.parametrize("name", FLEX_METHODS)
+def test_flex_attention_equals_the_materialised_attention(
+    name: str, example_params: Callable[..., dict[str, Any]]
+) -> None:
+    """FlexAttention (the method's score term as score_mod, causality as the block mask), forward on the CPU:
+    this torch has no FlexAttention backward there, so training on the CPU takes the other paths."""
+    spec = get_method(name)
+    applier = build_applier(spec, spec.parse_params(example_params(name)), _layer())
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 16, 8, generator=generator) for _ in range(3))  # (B, H, T, d)
+    x = torch.randn(2, 16, 16, generator=generator)  # (B, T, D_model)
+    pos = positions(16, torch.device("cpu"))
+    with torch.no_grad():
+        flex = applier.flex_attend(q, k, v, x=x)
+        reference = applier.attend(q, k, v, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos), x=x).output
+    if flex is None:  # a value-side term (Shaw) has no score_mod form
+        assert spec.kind is Kind.SCORE_MOD
+        return
+    assert reference is not None
+    torch.testing.assert_close(flex, reference, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["shaw", "cape"])
+def test_methods_with_large_intermediates_count_them_in_the_workspace(name: str) -> None:
+    """The gateway budgets what a method materialises: Shaw's gathered (Nq, Nk, d) value table and CAPE's MLP over
+    every (i, j) are more than the two (B, H, Nq, Nk) maps every content method is charged."""
+    spec = get_method(name)
+    applier = build_applier(spec, spec.parse_params({}), _layer(head_dim=64))
+    maps = 2 * 1 * 2 * 64 * 64
+    plain = build_applier(get_method("fox"), get_method("fox").parse_params({}), _layer(head_dim=64))
+    assert plain.extra_workspace_elements(1, 64, 64) == maps
+    assert applier.extra_workspace_elements(1, 64, 64) >= maps + 64 * 64 * 32
