@@ -30,6 +30,7 @@ from posenc.errors import InvalidInput
 from posenc.pe.appliers import Layer, build_applier, future_mask
 from posenc.pe.ops import Pairing, compute_dtype
 from posenc.pe.registry import MethodParams, MethodSpec
+from posenc.pe.types import Graph
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ def attention_maps(
     pairing: Pairing = "half",
     query_offset: int = 0,
     state: dict[str, torch.Tensor] | None = None,
+    positions: torch.Tensor | None = None,
+    graph: Graph | None = None,
 ) -> AttentionMaps:
     """Attention of q (B, H, Nq, D) against k (B, H, Nk, D) with ``spec`` applied through its applier.
 
@@ -74,6 +77,9 @@ def attention_maps(
     (B, Nk, D_model) is the layer input, for methods that read it (FoX's gates). ``key_padding_mask`` (B, Nk)
     bool marks padding keys (True = never attended). ``scale`` defaults to 1/sqrt(D). ``state``: a
     model-coupled method's position state entering the layer (default: the first layer's), by tensor name.
+    ``positions`` (Nk,) or (Nk, A): the keys' positions (grid coordinates, node ids, negative for prefix
+    tokens), the queries being the last Nq keys; default arange as above. Masks (causal) follow token order.
+    ``graph``: the graph of a graph method (positions are then its node ids).
     """
     _check_shapes(q, k, v, x, key_padding_mask)
     dtype = compute_dtype_for(q.dtype)
@@ -86,12 +92,18 @@ def attention_maps(
         model_dim=None if x is None else x.shape[-1],
         pairing=pairing,
         dtype=dtype,
+        graph=graph,
     )
     applier = build_applier(spec, params, layer)
     applier.check(has_x=x is not None, has_v=v is not None)
-    q_pos = torch.arange(q_len, dtype=torch.int64) + query_offset  # (Nq,)
-    k_pos = torch.arange(k_len, dtype=torch.int64)  # (Nk,)
-    mask = future_mask(q_pos, k_pos) if causal else torch.zeros(1, 1, q_len, k_len, dtype=torch.bool)
+    q_index = torch.arange(q_len, dtype=torch.int64) + query_offset  # (Nq,) token order of the queries
+    k_index = torch.arange(k_len, dtype=torch.int64)  # (Nk,)
+    if positions is None:
+        q_pos, k_pos = q_index, k_index
+    else:
+        k_pos = positions
+        q_pos = positions[query_offset : query_offset + q_len]  # (Nq,) or (Nq, A)
+    mask = future_mask(q_index, k_index) if causal else torch.zeros(1, 1, q_len, k_len, dtype=torch.bool)
     if key_padding_mask is not None:
         mask = mask | key_padding_mask[:, None, None, :]  # (B, 1, Nq, Nk)
     attended = applier.attend(

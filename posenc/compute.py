@@ -40,13 +40,15 @@ from posenc.pe import (
     encoding,
     get_method,
 )
-from posenc.pe.appliers import Layer, build_applier, rotary_applier
+from posenc.pe.appliers import Applier, Layer, bias_applier, build_applier, grid_positions, rotary_applier
 from posenc.pe.kinds import require_kind
+from posenc.pe.types import Graph
 from posenc.schemas.compute import (
     MAX_ROTARY_POSITION,
     AttentionRequest,
     BiasRequest,
     EncodingRequest,
+    GraphIn,
     RotaryRequest,
     default_query_offset,
 )
@@ -56,7 +58,7 @@ from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, TensorIn,
 from posenc.tensors import dtype_name, positions_tensor, to_torch, torch_dtype
 
 ROTARY_TENSOR_FIELDS = frozenset({"q", "k", "positions"})
-ATTENTION_TENSOR_FIELDS = frozenset({"q", "k", "v", "x", "key_padding_mask", "params.", "state."})
+ATTENTION_TENSOR_FIELDS = frozenset({"q", "k", "v", "x", "key_padding_mask", "positions", "params.", "state."})
 ARTIFACT_NAME = "tensors.safetensors"
 RESULT_NAME = "result.json"
 JOB_REQUEST_LOC = ("body", "spec", "request")
@@ -269,7 +271,7 @@ def _decode(value: TensorIn, name: str, binary: BinaryTensors | None) -> torch.T
     return to_torch(value, loc)
 
 
-def _decode_positions(value: TensorIn | list[int], binary: BinaryTensors | None) -> torch.Tensor:
+def _decode_positions(value: TensorIn | list[int] | list[list[int]], binary: BinaryTensors | None) -> torch.Tensor:
     loc: Loc = ("positions",)
     if binary is not None and "positions" in binary:
         tensor = binary.get("positions")
@@ -303,12 +305,114 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# ------------------------------------------------------------------------------- grids, graphs, positions
+def graph_from_request(graph: GraphIn | None) -> Graph | None:
+    """The request's graph with every node id checked against num_nodes: InvalidInput at ("graph", ...)."""
+    if graph is None:
+        return None
+    edges = torch.tensor(graph.edges, dtype=torch.int64).reshape(-1, 2)  # (E, 2)
+    outside = ((edges < 0) | (edges >= graph.num_nodes)).any(dim=1)  # (E,)
+    if bool(outside.any()):
+        index = int(outside.nonzero()[0, 0])
+        raise InvalidInput(
+            ("graph", "edges", index),
+            f"edge {edges[index].tolist()} names a node outside 0 … {graph.num_nodes - 1} "
+            f"(num_nodes is {graph.num_nodes})",
+        )
+    features = None
+    if graph.edge_features is not None:
+        if len(graph.edge_features) != len(graph.edges):
+            raise InvalidInput(
+                ("graph", "edge_features"),
+                f"needs one entry per edge: {len(graph.edges)} edges, {len(graph.edge_features)} entries",
+            )
+        features = torch.tensor(graph.edge_features, dtype=torch.int64)
+    return Graph(num_nodes=graph.num_nodes, edges=edges, edge_features=features, directed=graph.directed)
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Where the tokens of a grid, a graph or explicit positions sit: ``build`` gives their positions (N,) or
+    (N, A), prefix tokens negative (posenc.pe.types); None = the default arange."""
+
+    description: str
+    build: Callable[[BinaryTensors | None], torch.Tensor] | None = None
+
+
+def token_layout(
+    applier: Applier,
+    tokens: int,
+    *,
+    grid: Sequence[int] | None = None,
+    prefix_tokens: int = 0,
+    positions: TensorIn | list[int] | list[list[int]] | None = None,
+    graph: GraphIn | None = None,
+    tokens_loc: Loc = ("k", "shape"),
+) -> TokenLayout:
+    """Check the request's layout against the method and the token count, before anything is allocated."""
+    if prefix_tokens > tokens:
+        raise InvalidInput(("prefix_tokens",), f"{prefix_tokens} prefix tokens, but the sequence has only {tokens}")
+    if grid is not None:
+        applier.check_axes(len(grid), ("grid",))
+        grid_tokens = math.prod(grid)
+        if prefix_tokens + grid_tokens != tokens:
+            raise InvalidInput(
+                ("grid",),
+                f"prefix_tokens + the grid's {' x '.join(map(str, grid))} = {prefix_tokens + grid_tokens} "
+                f"tokens, but there are {tokens} (the {tokens_loc[0]} tensor's N)",
+            )
+        return TokenLayout(
+            f"grid {list(grid)} with {prefix_tokens} prefix tokens, C order",
+            lambda _: grid_positions(tuple(grid), prefix_tokens),
+        )
+    if graph is not None:
+        applier.check_axes(0, ("graph",))
+        if prefix_tokens + graph.num_nodes != tokens:
+            raise InvalidInput(
+                ("graph", "num_nodes"),
+                f"prefix_tokens + num_nodes = {prefix_tokens + graph.num_nodes}, but there are {tokens} tokens",
+            )
+
+        def node_positions(_: BinaryTensors | None) -> torch.Tensor:
+            prefix = -torch.arange(1, prefix_tokens + 1, dtype=torch.int64)  # (P,)
+            return torch.cat((prefix, torch.arange(graph.num_nodes, dtype=torch.int64)))  # (P + num_nodes,)
+
+        return TokenLayout(f"graph nodes with {prefix_tokens} prefix tokens", node_positions)
+    if prefix_tokens:
+        raise InvalidInput(("prefix_tokens",), "prefix tokens come before a grid or a graph: give one")
+    if positions is not None:
+        shape = _positions_shape(positions)
+        axes = shape[1] if len(shape) == 2 else 1
+        if len(shape) not in (1, 2) or shape[0] != tokens:
+            raise InvalidInput(("positions",), f"must be (N,) or (N, A) with N = {tokens}, got {shape}")
+        applier.check_axes(axes, ("positions",))
+        return TokenLayout("given", lambda binary: _decode_positions(positions, binary))
+    # no layout: positions arange(N); a multi-axis method reads them as token indices where it can (alibi_2d)
+    return TokenLayout("arange")
+
+
+def _positions_shape(value: TensorIn | list[int] | list[list[int]]) -> list[int]:
+    if not isinstance(value, list):
+        return declared(value)[1]
+    if value and isinstance(value[0], list):
+        widths = {len(row) for row in value if isinstance(row, list)}
+        if len(widths) != 1 or not all(isinstance(row, list) for row in value):
+            raise InvalidInput(("positions",), "every row of (N, A) positions must have the same A coordinates")
+        return [len(value), widths.pop()]
+    if any(isinstance(row, list) for row in value):
+        raise InvalidInput(("positions",), "mixes numbers and rows: give (N,) or (N, A)")
+    return [len(value)]
+
+
 # ---------------------------------------------------------------------------------------------------- bias
 def prepare_bias(request: BiasRequest) -> Prepared:
     spec = resolve_method(request.method, Kind.BIAS)
     params = parse_params(spec, request.params)
+    if request.query_length is None:
+        return _prepare_bias_layout(request, spec, params)
     heads, q_len, k_len = request.num_heads, request.query_length, request.resolved_key_length
     query_offset = request.resolved_query_offset
+    causal = request.resolved_causal
     toeplitz = request.form == "toeplitz"
     if toeplitz and not spec.toeplitz:
         raise InvalidInput(
@@ -329,14 +433,14 @@ def prepare_bias(request: BiasRequest) -> Prepared:
             num_heads=heads,
             query_length=q_len,
             key_length=k_len,
-            causal=request.causal,
+            causal=causal,
             dtype=compute_dtype,
             query_offset=query_offset,
         )
         bias = bias_toeplitz(spec, params, ctx) if toeplitz else bias_dense(spec, params, ctx)
         meta = method_meta(spec, params, request.dtype) | {
             "form": request.form,
-            "causal": request.causal,
+            "causal": causal,
             "num_heads": heads,
             "query_length": q_len,
             "key_length": k_len,
@@ -352,6 +456,47 @@ def prepare_bias(request: BiasRequest) -> Prepared:
         workspace_bytes=math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
         input_elements=_elements(tensor_fields(params)),
         shrink_hint=shrink_hint,
+        run=run,
+    )
+
+
+def _prepare_bias_layout(request: BiasRequest, spec: MethodSpec, params: MethodParams) -> Prepared:
+    """``POST /v1/bias`` over a grid or a graph: self-attention of its tokens (prefix tokens first)."""
+    if request.form == "toeplitz":
+        raise InvalidInput(("form",), "a grid's or a graph's bias has no Toeplitz form in the token index; use 'dense'")
+    heads, tokens, causal = request.num_heads, request.resolved_query_length, request.resolved_causal
+    compute_dtype = torch.float64 if request.dtype == "float64" else torch.float32
+    graph = graph_from_request(request.graph)
+    layer = Layer(num_heads=heads, head_dim=1, causal=causal, dtype=compute_dtype, graph=graph)
+    applier = bias_applier(spec, params, layer)
+    applier.check(has_x=False, has_v=False)
+    layout = token_layout(applier, tokens, grid=request.grid, prefix_tokens=request.prefix_tokens, graph=request.graph)
+    shape = (heads, tokens, tokens)
+
+    def run() -> TensorResult:
+        assert layout.build is not None
+        pos = layout.build(None)
+        bias = applier.bias(pos, pos)  # (H, N, N)
+        if causal:
+            order = torch.arange(tokens)
+            bias = bias.masked_fill(order[None, :] > order[:, None], float("-inf"))  # token order
+        meta = method_meta(spec, params, request.dtype) | {
+            "form": "dense",
+            "causal": causal,
+            "num_heads": heads,
+            "query_length": tokens,
+            "key_length": tokens,
+            "tokens": layout.description,
+        }
+        return TensorResult({"bias": bias.to(torch_dtype(request.dtype))}, meta)
+
+    return Prepared(
+        route="bias",
+        outputs=[OutputSpec("bias", shape, request.dtype)],
+        # the method's (H, N, N) and the placed copy with the prefix entries
+        workspace_bytes=2 * math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
+        input_elements=_elements(tensor_fields(params)),
+        shrink_hint="make the grid or the graph smaller",
         run=run,
     )
 
@@ -374,6 +519,14 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
         dtype=compute_dtype,
     )
     applier = rotary_applier(spec, params, layer)
+    layout = token_layout(
+        applier,
+        seq_len,
+        grid=request.grid,
+        prefix_tokens=request.prefix_tokens,
+        positions=request.positions,
+        tokens_loc=("q", "shape"),
+    )
 
     rotate_k = request.rotate == "both"
     k_shape: list[int] | None = None
@@ -392,20 +545,12 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
     else:
         k_dtype, k_shape = declared(request.k)  # passed through unchanged
 
-    if request.positions is None and request.offset + seq_len - 1 > MAX_ROTARY_POSITION:
+    if layout.build is None and request.offset + seq_len - 1 > MAX_ROTARY_POSITION:
         raise InvalidInput(
             ("offset",),
             f"offset + N - 1 = {request.offset + seq_len - 1} is over 2^26 = {MAX_ROTARY_POSITION}, the largest "
             "position whose rotary angles are exact to float32 rounding",
         )
-    if request.positions is not None:
-        positions_len = (
-            len(request.positions)
-            if isinstance(request.positions, list)
-            else (declared(request.positions)[1] or [0])[0]
-        )
-        if positions_len != seq_len:
-            raise InvalidInput(("positions",), f"has {positions_len} positions, but q has N={seq_len}")
 
     table_dtype = _dtype_name(compute_dtype)
     outputs = [OutputSpec("q", tuple(q_shape), out_dtype)]
@@ -414,16 +559,15 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
     if request.return_tables:
         outputs += [OutputSpec(name, (seq_len, rotary_dim // 2), table_dtype) for name in ("cos", "sin")]
     rotated_elements = math.prod(q_shape) + (math.prod(k_shape) if k_shape is not None and rotate_k else 0)
+    rotated_elements += applier.rotation_elements(seq_len)  # block rotations' matrices, if any
 
     def run() -> TensorResult:
         q = _decode(request.q, "q", binary)
-        if request.positions is None:
+        if layout.build is None:
             positions = torch.arange(seq_len, dtype=torch.int64) + request.offset
         else:
-            positions = _decode_positions(request.positions, binary)
-            if positions.shape[0] != seq_len:
-                raise InvalidInput(("positions",), f"has {positions.shape[0]} positions, q has N={seq_len}")
-        context = (int(positions.max()) if positions.numel() else 0) + 1  # what dynamic scalings see
+            positions = layout.build(binary)
+        context = max(int(positions.max()) if positions.numel() else 0, 0) + 1  # what dynamic scalings see
         # Rotated in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once;
         # xPos scales queries by ζ^(n/λ) and keys by its inverse.
         tensors = {"q": applier.rotate_side(q, positions, context, keys=False).to(torch_dtype(out_dtype))}
@@ -433,15 +577,15 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
                 tensors["k"] = applier.rotate_side(k, positions, context, keys=True).to(torch_dtype(out_dtype))
             else:
                 tensors["k"] = k
-        cos, sin, _, freqs = applier.tables(positions, context)  # (N, rotary_dim/2) each, from float64 angles
         if request.return_tables:
+            cos, sin, _, _ = applier.tables(positions, context)  # (N, rotary_dim/2) each, from float64 angles
             tensors |= {"cos": cos, "sin": sin}
         meta = method_meta(spec, params, out_dtype) | {
             "pairing": request.pairing,
             "rotate": request.rotate,
             "rotary_dim": rotary_dim,
-            "positions": "given" if request.positions is not None else f"arange(N) + {request.offset}",
-            "attention_scale": freqs.attention_scale,
+            "positions": layout.description if layout.build is not None else f"arange(N) + {request.offset}",
+            "attention_scale": applier.attention_scale(context),
             "tables_dtype": table_dtype,
         }
         return TensorResult(tensors, meta)
@@ -477,19 +621,35 @@ def _rotary_dim(requested: int | None, head_dim: int) -> int:
 def prepare_encoding(request: EncodingRequest) -> Prepared:
     spec = resolve_method(request.method, Kind.ABSOLUTE)
     params = parse_params(spec, request.params)
-    grid = (request.length,) if request.length is not None else tuple(request.grid or ())
+    graph = graph_from_request(request.graph)
+    if graph is not None:
+        grid: tuple[int, ...] = (graph.num_nodes,)
+    else:
+        grid = (request.length,) if request.length is not None else tuple(request.grid or ())
     shape = (*grid, request.dim)
     compute_dtype = torch.float64 if request.dtype == "float64" else torch.float32
+    layer = Layer(num_heads=1, head_dim=request.dim, causal=False, dtype=compute_dtype, graph=graph)
+    applier = build_applier(spec, params, layer)
+    applier.check(has_x=False, has_v=False)
+    prefix = request.prefix_tokens
+    outputs = [OutputSpec("encoding", shape, request.dtype)]
+    if prefix:
+        outputs.append(OutputSpec("prefix", (prefix, request.dim), request.dtype))
 
     def run() -> TensorResult:
-        ctx = AbsoluteContext(grid=grid, dim=request.dim, dtype=compute_dtype)
-        table = encoding(spec, params, ctx)
+        ctx = AbsoluteContext(grid=grid, dim=request.dim, dtype=compute_dtype, graph=graph)
+        tensors = {"encoding": encoding(spec, params, ctx).to(torch_dtype(request.dtype))}
+        if prefix:
+            # the prefix tokens' rows: what embedding zeros at their positions −1 … −P adds
+            prefix_pos = grid_positions(grid, prefix)[:prefix]  # (P, A)
+            zeros = torch.zeros(prefix, request.dim, dtype=compute_dtype)  # (P, D)
+            tensors["prefix"] = applier.embed(zeros, prefix_pos).to(torch_dtype(request.dtype))
         meta = method_meta(spec, params, request.dtype) | {"grid": list(grid), "dim": request.dim}
-        return TensorResult({"encoding": table.to(torch_dtype(request.dtype))}, meta)
+        return TensorResult(tensors, meta)
 
     return Prepared(
         route="encodings",
-        outputs=[OutputSpec("encoding", shape, request.dtype)],
+        outputs=outputs,
         workspace_bytes=math.prod(shape) * ITEMSIZE[_dtype_name(compute_dtype)],
         input_elements=_elements(tensor_fields(params)),
         shrink_hint="make the request smaller",
@@ -527,17 +687,34 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
     stats_dtype = _dtype_name(compute_dtype)
+    causal = request.resolved_causal
+    graph = graph_from_request(request.graph)
     layer = Layer(
         num_heads=heads,
         head_dim=head_dim,
-        causal=request.causal,
+        causal=causal,
         model_dim=model_dim,
         pairing=request.pairing,
         dtype=compute_dtype,
+        graph=graph,
     )
     applier = build_applier(spec, params, layer)
     applier.check(has_x=request.x is not None, has_v=request.v is not None)  # before anything is allocated
     query_offset = default_query_offset(request.query_offset, q_len, k_len)
+    layout = token_layout(
+        applier,
+        k_len,
+        grid=request.grid,
+        prefix_tokens=request.prefix_tokens,
+        positions=request.positions,
+        graph=request.graph,
+    )
+    if layout.build is not None and query_offset + q_len > k_len:
+        raise InvalidInput(
+            ("query_offset",),
+            f"with a grid, positions or a graph the queries are keys {query_offset} … {query_offset + q_len - 1}: "
+            f"query_offset + Nq must be at most Nk = {k_len}",
+        )
     width = max(q_len + query_offset, k_len)  # distances |i + offset − j| run from 0 to width − 1
     state_fields = applier.state_fields
     if request.state is not None:
@@ -591,12 +768,14 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
             x=x,
             spec=spec,
             params=with_binary_params(params, binary),
-            causal=request.causal,
+            causal=causal,
             key_padding_mask=mask,
             scale=request.scale,
             pairing=request.pairing,
             query_offset=query_offset,
             state=state,
+            positions=None if layout.build is None else layout.build(binary),
+            graph=graph,
         )
         tensors = {"weights": maps.weights.to(torch_dtype(out_dtype))}
         for name, tensor in (maps.state or {}).items():
@@ -614,14 +793,15 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
                 "mass_by_distance": stats.mass_by_distance,
             }
         meta = method_meta(spec, params, out_dtype) | {
-            "causal": request.causal,
+            "causal": causal,
             "query_offset": query_offset,
+            "tokens": layout.description,
             "scale": request.scale if request.scale is not None else 1.0 / math.sqrt(head_dim),
             "pairing": request.pairing,
             "fully_masked_rows": int(maps.fully_masked.sum()),
             "stats_dtype": stats_dtype,
             "stats": "per head, averaged over batch and over queries that attend to at least one key; "
-            "entropy in nats; distance |(i + query_offset) - j| between query and key positions",
+            "entropy in nats; distance |(i + query_offset) - j| between query and key indices (token order)",
         }
         return TensorResult(tensors, meta)
 
@@ -629,7 +809,7 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
         route="attention",
         outputs=outputs,
         workspace_bytes=workspace_elements * itemsize,
-        input_elements=_input_elements(request, params, ("q", "k", "v", "x", "key_padding_mask")),
+        input_elements=_input_elements(request, params, ("q", "k", "v", "x", "key_padding_mask", "positions")),
         shrink_hint="make the request smaller (fewer heads, shorter sequences)",
         run=run,
     )

@@ -3,26 +3,33 @@ unknown method is a 404 and a bad value a 422 naming the field, not a failed job
 the trainer (or, for a compute job, by ``posenc.compute.run_compute_job``). Needs the method registry, never
 the training code: the gateway may not import ``posenc.training``.
 
-Also the length arithmetic both sides share: task sizes, default evaluation lengths.
+Also the length arithmetic both sides share: task sizes, default evaluation lengths. For image tasks the
+"lengths" are resolutions in pixels: ``in_distribution_length`` is the training resolution and ``eval_lengths``
+the evaluation resolutions, so the job code counts and loops over them the same way.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 from pydantic import ValidationError
 
 from posenc.compute import check_job_budget, prepare_job
 from posenc.corpora import check_corpus, data_directories
 from posenc.errors import InvalidInput
-from posenc.pe import get_method
-from posenc.pe.appliers import Layer, build_applier
+from posenc.pe import MethodParams, MethodSpec, get_method
+from posenc.pe.appliers import Applier, Layer, build_applier, grid_positions
+from posenc.pe.types import LayerInputs
 from posenc.schemas.jobs import ComputeJobSpec, JobCreate, JobKind, JobSpec, MethodRef, SyntheticTask
 
 CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SPEC = ("body", "spec")
+MAX_IMAGE_PATCHES = 1024  # patches per image at any resolution (a 32 x 32 grid): the ViT's attention is dense
+DEFAULT_RESOLUTION_FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)  # of the training resolution (evaluation.md §7)
 
 
 def task_sequence_length(task: SyntheticTask, size: int) -> int:
@@ -78,28 +85,50 @@ def validate_job(
 # ------------------------------------------------------------------------------------------------ lengths
 def train_task_size(spec: JobSpec) -> int:
     """Tasks: the largest training size n_train for ``spec.train.length`` (see ``posenc.training.data``)."""
-    assert spec.data.task is not None
-    return max_task_size(spec.data.task, spec.train.length)
+    assert spec.data.sequence_task is not None
+    return max_task_size(spec.data.sequence_task, spec.train.length)
 
 
 def in_distribution_length(spec: JobSpec) -> int:
-    """L for text (tokens), n_train for tasks (task size): the x of 'in distribution' in results and plots."""
+    """L for text (tokens), n_train for tasks (task size), the training resolution for images (pixels): the x of
+    'in distribution' in results and plots."""
+    if spec.data.image_size is not None:
+        return spec.data.image_size
     return spec.train.length if spec.data.task is None else train_task_size(spec)
 
 
 def eval_lengths(spec: JobSpec) -> list[int]:
-    """``spec.eval.lengths``, default [L, 2L, 4L, 8L] (text) or [n, 2n, 4n, 8n] task sizes."""
+    """``spec.eval.lengths``, default [L, 2L, 4L, 8L] (text) or [n, 2n, 4n, 8n] task sizes; image tasks:
+    ``spec.eval.resolutions``, default the multiples of the patch among [S/2, 3S/4, S, 3S/2, 2S]."""
+    if spec.data.image_size is not None:
+        if spec.eval.resolutions is not None:
+            return list(spec.eval.resolutions)
+        size, patch = spec.data.image_size, image_patch(spec)
+        scaled = (round(size * factor) for factor in DEFAULT_RESOLUTION_FACTORS)
+        return sorted({s for s in scaled if s >= patch and s % patch == 0} | {size})
     if spec.eval.lengths is not None:
         return list(spec.eval.lengths)
     base = in_distribution_length(spec)
     return [base, 2 * base, 4 * base, 8 * base]
 
 
+def image_patch(spec: JobSpec) -> int:
+    assert spec.data.patch_size is not None
+    return spec.data.patch_size
+
+
+def image_tokens(spec: JobSpec, resolution: int) -> int:
+    """Tokens the ViT reads for one image at ``resolution``: its patches, and the CLS token if any."""
+    return (resolution // image_patch(spec)) ** 2 + int(spec.model.cls_token)
+
+
 def model_sequence_lengths(spec: JobSpec) -> list[int]:
     """The longest sequence the model sees at each evaluation length (tokens)."""
-    if spec.data.task is None:
+    if spec.data.image_size is not None:
+        return [image_tokens(spec, resolution) for resolution in eval_lengths(spec)]
+    if spec.data.sequence_task is None:
         return eval_lengths(spec)
-    return [task_sequence_length(spec.data.task, size) for size in eval_lengths(spec)]
+    return [task_sequence_length(spec.data.sequence_task, size) for size in eval_lengths(spec)]
 
 
 # --------------------------------------------------------------------------------------------- validation
@@ -118,8 +147,15 @@ def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | N
             raise InvalidInput((*SPEC, "checkpoint"), "only an extrapolate job evaluates an existing checkpoint")
         if not CHECKPOINT_ID.match(spec.checkpoint):
             raise InvalidInput((*SPEC, "checkpoint"), "must be the id of a finished train job")
-    if spec.data.task is not None and train_task_size(spec) < 1:
-        minimum = task_sequence_length(spec.data.task, 1)
+    if spec.data.image_task is not None:
+        _validate_image_spec(spec)
+        for index, ref in enumerate(spec.methods):
+            _validate_image_method(ref, (*SPEC, "methods", index), spec)
+        return
+    if spec.eval.resolutions is not None:
+        raise InvalidInput((*SPEC, "eval", "resolutions"), "resolutions are for image tasks; give lengths")
+    if spec.data.sequence_task is not None and train_task_size(spec) < 1:
+        minimum = task_sequence_length(spec.data.sequence_task, 1)
         raise InvalidInput(
             (*SPEC, "train", "length"),
             f"task {spec.data.task!r} needs train.length >= {minimum} (one instance of size 1)",
@@ -136,38 +172,119 @@ def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | N
         _validate_method(ref, (*SPEC, "methods", index), spec, longest)
 
 
-def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, longest: int) -> None:
+def _validate_image_spec(spec: JobSpec) -> None:
+    """Image size, patch and resolutions: every resolution a whole number of patches, at most
+    ``MAX_IMAGE_PATCHES`` of them."""
+    size, patch = in_distribution_length(spec), image_patch(spec)
+    if spec.eval.lengths is not None:
+        raise InvalidInput((*SPEC, "eval", "lengths"), "image tasks are evaluated at eval.resolutions (pixels)")
+    checked: list[tuple[tuple[str | int, ...], int]] = [((*SPEC, "data", "image_size"), size)]
+    if spec.eval.resolutions is not None:
+        if not spec.eval.resolutions:
+            raise InvalidInput((*SPEC, "eval", "resolutions"), "give at least one resolution, or leave it out")
+        checked += [((*SPEC, "eval", "resolutions", i), r) for i, r in enumerate(spec.eval.resolutions)]
+    for loc, resolution in checked:
+        if resolution % patch:
+            raise InvalidInput(loc, f"{resolution} px is not a multiple of data.patch_size = {patch}")
+        if (resolution // patch) ** 2 > MAX_IMAGE_PATCHES:
+            side = math.isqrt(MAX_IMAGE_PATCHES)
+            raise InvalidInput(
+                loc, f"{resolution} px is {resolution // patch}² patches of {patch} px; at most {side}² are allowed"
+            )
+
+
+def _parse_params(ref: MethodRef, loc: tuple[str | int, ...]) -> MethodParams:
     method = get_method(ref.method)
     try:
-        params = method.parse_params(ref.params)
+        return method.parse_params(ref.params)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise InvalidInput((*loc, "params", *first["loc"]), first["msg"]) from None
+
+
+def _validate_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec, longest: int) -> None:
+    method = get_method(ref.method)
+    params = _parse_params(ref, loc)
     if method.axes != 1:
         raise InvalidInput(
             (*loc, "method"),
             f"{method.name!r} encodes {method.axes}D positions; the job models are 1D sequence models",
         )
-    if method.learned and method.learned_init is None:
-        raise InvalidInput(
-            (*loc, "method"),
-            f"{method.name!r} is learned but has no initialisation for training (learned_init)",
-        )
+    _check_learned(method, loc)
     layer = Layer(num_heads=spec.model.heads, head_dim=spec.model.dim // spec.model.heads, causal=True)
     try:
         applier = build_applier(method, params, layer)
         applier.check()
         applier.dry_run(longest)
     except InvalidInput as exc:
-        where = exc.loc if exc.loc[:1] == ("params",) else ("params",)
-        raise InvalidInput((*loc, *where), f"{method.name!r} cannot run this job: {exc.msg}") from None
+        raise _cannot_run(method, loc, exc) from None
+
+
+def _check_learned(method: MethodSpec, loc: tuple[str | int, ...]) -> None:
+    if method.learned and method.learned_init is None:
+        raise InvalidInput(
+            (*loc, "method"),
+            f"{method.name!r} is learned but has no initialisation for training (learned_init)",
+        )
+
+
+def _cannot_run(method: MethodSpec, loc: tuple[str | int, ...], exc: InvalidInput) -> InvalidInput:
+    where = exc.loc if exc.loc[:1] == ("params",) else ("params",)
+    return InvalidInput((*loc, *where), f"{method.name!r} cannot run this job: {exc.msg}")
+
+
+def _validate_image_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec) -> None:
+    """A method on the ViT: 2D methods get (row, col) patch positions, 1D methods the raster index; every
+    resolution is dry-run as the model applies the method (the encoding on the token embeddings, then one query
+    against every key), with small tensors (at most ``MAX_IMAGE_PATCHES`` + 1 tokens)."""
+    method = get_method(ref.method)
+    params = _parse_params(ref, loc)
+    if method.axes not in (1, 2) or "graph" in method.needs:
+        what = "graph nodes" if method.axes == 0 or "graph" in method.needs else f"{method.axes}D positions"
+        raise InvalidInput((*loc, "method"), f"{method.name!r} encodes {what}; the ViT takes 2D grids of patches")
+    _check_learned(method, loc)
+    heads, dim = spec.model.heads, spec.model.dim
+    layer = Layer(num_heads=heads, head_dim=dim // heads, causal=False, model_dim=dim, pairing=spec.model.pairing)
+    patch = image_patch(spec)
+    try:
+        applier = build_applier(method, params, layer)
+        applier.check()
+        for resolution in sorted({in_distribution_length(spec), *eval_lengths(spec)}):
+            side = resolution // patch
+            pos = patch_positions(side, side, method.axes, prefix=int(spec.model.cls_token))  # (N, A) or (N,)
+            _dry_run_tokens(applier, pos, dim)
+    except InvalidInput as exc:
+        raise _cannot_run(method, loc, exc) from None
+
+
+def patch_positions(rows: int, cols: int, axes: int, *, prefix: int = 0) -> torch.Tensor:
+    """The ViT's token positions, as ``posenc.training.vit.token_positions`` (the gateway may not import the
+    training code): (N, 2) (row, col) for 2D methods, (N,) raster indices for 1D ones, prefix tokens first."""
+    if axes == 2:
+        return grid_positions((rows, cols), prefix)  # (P + R·C, 2)
+    return grid_positions((rows * cols,), prefix)[:, 0]  # (P + R·C,)
+
+
+def _dry_run_tokens(applier: Applier, pos: torch.Tensor, dim: int) -> None:
+    """The encoding on (1, N, D) zero embeddings, then the last token's query against every key."""
+    layer = applier.layer
+    length = pos.shape[0]
+    applier.embed(torch.zeros(1, length, dim), pos)
+    q = torch.zeros(1, layer.num_heads, 1, layer.head_dim)  # (1, H, 1, d)
+    k = torch.zeros(1, layer.num_heads, length, layer.head_dim)  # (1, H, N, d)
+    q, k = applier.rotate(q, k, pos[-1:], pos)
+    mask = torch.zeros(1, 1, 1, length, dtype=torch.bool)  # (1, 1, 1, N): bidirectional
+    x = torch.zeros(1, length, dim)  # (1, N, D)
+    state = applier.initial_state(1, length, torch.device("cpu"))
+    applier.score_terms(LayerInputs(q=q, k=k, q_pos=pos[-1:], k_pos=pos, mask=mask, x=x, state=state), 1.0)
 
 
 # --------------------------------------------------------------------------------------------------- cost
 def job_cost(create: JobCreate) -> int:
     """The work a job asks for, in tokens the model processes, capped by the gateway (``max_job_cost``, 413).
 
-    Per (method, seed) run: train steps x batch_size x train length, plus the tokens its evaluation reads
+    Per (method, seed) run: train steps x batch_size x train length (image tasks: the ViT's tokens at the
+    training resolution), plus the tokens its evaluation reads
     (:func:`eval_tokens`; a train job evaluates at its training length only). An extrapolate job from a
     checkpoint trains nothing and evaluates one model. Attention's quadratic term is left out: this is a proxy
     that grows with every knob a caller turns, not a time estimate. A compute job counts 1: its size is capped
@@ -178,7 +295,8 @@ def job_cost(create: JobCreate) -> int:
     if create.kind == "extrapolate" and spec.checkpoint is not None:
         return sum(eval_tokens(spec, length) for length in eval_lengths(spec))
     runs = len(spec.methods) * len(spec.seeds)
-    train = spec.train.steps * spec.train.batch_size * spec.train.length
+    length = image_tokens(spec, spec.data.image_size) if spec.data.image_size is not None else spec.train.length
+    train = spec.train.steps * spec.train.batch_size * length
     lengths = [in_distribution_length(spec)] if create.kind == "train" else eval_lengths(spec)
     return runs * (train + sum(eval_tokens(spec, length) for length in lengths))
 
@@ -189,9 +307,11 @@ def eval_tokens(spec: JobSpec, length: int) -> int:
     Text: non-overlapping windows of ``length`` cover ``max_tokens``; sliding windows advance by the stride
     (default ``length // 2``, as ``posenc.training.evaluate.default_stride``) and each reads ``length`` tokens;
     either way at least one window. Tasks (``length`` is a size): ``samples`` instances, each its longest
-    sequence."""
-    if spec.data.task is not None:
-        return spec.eval.samples * task_sequence_length(spec.data.task, length)
+    sequence. Image tasks (``length`` is a resolution): ``samples`` images of their ViT tokens."""
+    if spec.data.image_size is not None:
+        return spec.eval.samples * image_tokens(spec, length)
+    if spec.data.sequence_task is not None:
+        return spec.eval.samples * task_sequence_length(spec.data.sequence_task, length)
     if spec.eval.protocol == "nonoverlapping":
         return max(length, spec.eval.max_tokens // length * length)
     stride = min(length, spec.eval.stride if spec.eval.stride is not None else max(1, length // 2))

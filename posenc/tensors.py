@@ -101,7 +101,7 @@ def _from_array(values: CompactArray, dtype: torch.dtype) -> torch.Tensor:
     return flat.to(dtype)
 
 
-def positions_tensor(value: TensorIn | Sequence[int], loc: Loc) -> torch.Tensor:
+def positions_tensor(value: TensorIn | Sequence[int] | Sequence[Sequence[int]], loc: Loc) -> torch.Tensor:
     """Integer positions stay int64: they are converted to floating point only at the frequency multiply."""
     if isinstance(value, TensorData | RandomTensor):
         decoded = to_torch(value, loc)

@@ -115,7 +115,8 @@ def _square_grid_width(ctx: BiasContext) -> int:
     params=Alibi2dParams,
     paper=CROMA_PAPER,
     conventions={
-        "layout": "token p is the patch at row p // W, column p mod W (row-major, W = grid_width)",
+        "layout": "positions (N, 2) are (row, col) coordinates (a request's grid); 1D positions are token indices "
+        "of a row-major grid: token p at row p // W, column p mod W (W = grid_width, or a square grid)",
         "slopes": "ALiBi get_slopes(H), unchanged",
         "direction": "bidirectional by design (encoder); causal=True still applies the -inf mask to j > i",
         "scale_placement": "added after the 1/sqrt(d) scaling",
@@ -124,15 +125,20 @@ def _square_grid_width(ctx: BiasContext) -> int:
 def alibi_2d(params: Alibi2dParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
     """2D ALiBi (CROMA): B[h, p, q] = −m_h·‖(r_p, c_p) − (r_q, c_q)‖₂ between patches of a row-major grid.
 
-    Patch p sits at row r_p = p // W and column c_p = p mod W; m_h are ALiBi's slopes. The formula is
+    Positions are (row, col) coordinates, or token indices p of a row-major grid (row r_p = p // W, column
+    c_p = p mod W); m_h are ALiBi's slopes. The formula is
     bidirectional by design and ignores ctx.causal: with causal=True, bias_dense still masks keys with a
     larger index (later rows, later columns of the same row), which is a raster-order mask, not a 2D one.
     Not Toeplitz in the token index (only in the 2D offset), so only the dense form exists.
     """
-    width = params.grid_width if params.grid_width is not None else _square_grid_width(ctx)
     work = compute_dtype(ctx.dtype)
-    row_offset = q_pos[:, None] // width - k_pos[None, :] // width  # (Nq, Nk) int64, r_p - r_q
-    col_offset = q_pos[:, None] % width - k_pos[None, :] % width  # (Nq, Nk) int64, c_p - c_q
+    if q_pos.dim() == 2:  # (row, col) coordinates
+        row_offset = q_pos[:, None, 0] - k_pos[None, :, 0]  # (Nq, Nk) int64, r_p - r_q
+        col_offset = q_pos[:, None, 1] - k_pos[None, :, 1]  # (Nq, Nk) int64, c_p - c_q
+    else:  # token indices of a row-major grid
+        width = params.grid_width if params.grid_width is not None else _square_grid_width(ctx)
+        row_offset = q_pos[:, None] // width - k_pos[None, :] // width  # (Nq, Nk) int64
+        col_offset = q_pos[:, None] % width - k_pos[None, :] % width  # (Nq, Nk) int64
     distance = torch.hypot(row_offset.to(work), col_offset.to(work))  # (Nq, Nk), Euclidean
     slopes = torch.tensor(alibi_slopes(ctx.num_heads, params.max_bias), dtype=work, device=distance.device)
     bias = slopes[:, None, None] * distance[None, :, :]  # (H, Nq, Nk)

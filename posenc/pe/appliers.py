@@ -36,9 +36,11 @@ import torch.nn.functional as F
 
 from posenc.errors import InvalidInput
 from posenc.pe.kinds import (
+    apply_block_rotation,
     apply_rotary,
     bias_dense,
     bias_toeplitz,
+    block_rotations,
     encoding,
     rotary_frequencies,
     rotary_tables,
@@ -50,11 +52,14 @@ from posenc.pe.types import (
     AbsoluteContext,
     AttentionWeights,
     BiasContext,
+    Graph,
     LayerInputs,
     RotaryContext,
     RotaryFrequencies,
+    RotaryGenerators,
     ScoreContext,
     ScoreTerms,
+    prefix_index,
 )
 from posenc.schemas.methods import Kind
 
@@ -71,6 +76,7 @@ class Layer:
     rotary_dim: int | None = None  # rotary methods: rotate the first rotary_dim features (default: all)
     dtype: torch.dtype = torch.float32  # the compute dtype of tables and scores
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    graph: Graph | None = None  # graph methods: the graph whose nodes the tokens are (positions = node ids)
 
     @property
     def width(self) -> int:
@@ -91,6 +97,18 @@ class Attended:
 def positions(length: int, device: torch.device, offset: int = 0) -> torch.Tensor:
     """0-based positions arange(length) + offset: (length,) int64."""
     return torch.arange(length, dtype=torch.int64, device=device) + offset
+
+
+def grid_positions(grid: tuple[int, ...], prefix_tokens: int = 0, device: torch.device | None = None) -> torch.Tensor:
+    """Positions of ``prefix_tokens`` prefix tokens, then a grid's tokens in C order: (P + prod(grid), A) int64.
+
+    Prefix token p is −(p + 1) on every axis; grid token t has its coordinates (row, col) for a (rows, cols)
+    grid, (frame, row, col) for (frames, rows, cols).
+    """
+    axes = torch.meshgrid(*(torch.arange(size, dtype=torch.int64, device=device) for size in grid), indexing="ij")
+    coords = torch.stack(axes, dim=-1).reshape(-1, len(grid))  # (prod(grid), A)
+    prefix = -torch.arange(1, prefix_tokens + 1, dtype=torch.int64, device=device)[:, None].expand(-1, len(grid))
+    return torch.cat((prefix, coords))  # (P + prod(grid), A)
 
 
 def future_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -120,12 +138,33 @@ class Applier:
         inputs the method reads. Kinds add their own (rotary: an even head dim)."""
         if self.spec.causal_only and not self.layer.causal:
             raise InvalidInput(("causal",), f"{self.spec.name!r} is defined for causal attention only")
+        if "graph" in self.spec.needs and self.layer.graph is None:
+            raise InvalidInput(("graph",), f"{self.spec.name!r} encodes the nodes of a graph; give the graph")
+
         missing = [name for name, given in (("x", has_x), ("v", has_v)) if name in self.spec.needs and not given]
         if missing:
             raise InvalidInput(
                 (missing[0],),
                 f"{self.spec.name!r} reads the layer input {missing[0]!r}; give it",
             )
+
+    def check_axes(self, axes: int, loc: tuple[str, ...] = ("grid",)) -> None:
+        """Refuse positions with ``axes`` coordinates for a method that encodes another number of axes (0: the
+        positions are the node ids of a graph)."""
+        wanted = self.spec.axes
+        if axes == wanted:
+            return
+        if wanted == 0:
+            raise InvalidInput(loc, f"{self.spec.name!r} encodes the nodes of a graph: give graph")
+        if axes == 0:
+            raise InvalidInput(("graph",), f"{self.spec.name!r} is not a graph method; leave out the graph")
+        if wanted == 1:
+            raise InvalidInput(loc, f"{self.spec.name!r} encodes 1D positions; leave out the grid (got {axes} axes)")
+        raise InvalidInput(
+            loc,
+            f"{self.spec.name!r} encodes {wanted}D positions: give a grid of {wanted} sizes "
+            f"({'rows, cols' if wanted == 2 else 'frames, rows, cols'}) or positions (N, {wanted}); got {axes} axes",
+        )
 
     @property
     def materialises_scores(self) -> bool:
@@ -143,8 +182,9 @@ class Applier:
 
     # ---- the hooks, in the order a layer calls them
     def embed(self, t: torch.Tensor, pos: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
-        """t (..., N, D) with the method's absolute encoding at ``pos`` (N,) added, the encoding built for a
-        sequence of ``seq_len`` (default max(pos) + 1); unchanged by default."""
+        """t (..., N, D) with the method's absolute encoding at ``pos`` (N,) or (N, A) added, the encoding
+        built for a sequence of ``seq_len`` (default max(pos) + 1) or the grid the positions span; unchanged
+        by default."""
         return t
 
     def rotate(
@@ -175,14 +215,17 @@ class Applier:
         x: torch.Tensor | None = None,
         scale: float | None = None,
         state: Any = None,
+        embedded: bool = False,
     ) -> Attended:
         """Materialised attention of q (B, H, Nq, D) over k (B, H, Nk, D) with every hook applied.
 
         ``mask`` (B or 1, 1, Nq, Nk) bool, True = never attended (the causal future included: build it with
-        ``future_mask``). ``x`` (B, Nk, D_model) is the layer input for methods that read it.
+        ``future_mask``). ``x`` (B, Nk, D_model) is the layer input for methods that read it. ``embedded``: the
+        absolute encoding is already in the tokens q and k were projected from (a model), so it is not added.
         """
-        seq_len = _sequence_length(q_pos, k_pos)
-        q, k = self.embed(q, q_pos, seq_len), self.embed(k, k_pos, seq_len)
+        if not embedded:
+            seq_len = _sequence_length(q_pos, k_pos)
+            q, k = self.embed(q, q_pos, seq_len), self.embed(k, k_pos, seq_len)
         q, k = self.rotate(q, k, q_pos, k_pos)
         inputs = LayerInputs(q=q, k=k, q_pos=q_pos, k_pos=k_pos, mask=mask, x=x, state=state)
         terms = self.score_terms(inputs, scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
@@ -274,16 +317,43 @@ class Applier:
         return self.spec.state_ffn(self.params, x, state)
 
     def layer_attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None, state: Any = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        x: torch.Tensor | None = None,
+        state: Any = None,
+        pos: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
-        """The training model's call: causal self-attention output (B, H, T, d) and the state leaving the layer.
-        Without a state, ``fast_attend``; with one, the materialised path (the update reads the weights)."""
-        if state is None:
+        """The training models' call: self-attention output (B, H, T, d) and the state leaving the layer; the
+        absolute encoding is already in the tokens. A causal layer at positions arange(T) (the decoders) without
+        a state goes through ``fast_attend``; ``pos`` (T,) or (T, A) (a ViT's grid, CLS at −1) through
+        ``positional_attend``; a state through the materialised path (the update reads the weights)."""
+        if state is None and pos is None and self.layer.causal:
             return self.fast_attend(q, k, v, x=x), None
-        pos = positions(q.shape[-2], q.device)
-        attended = self.attend(q, k, v, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos), x=x, state=state)
+        pos = positions(q.shape[-2], q.device) if pos is None else pos
+        if state is None:
+            return self.positional_attend(q, k, v, pos, x=x), None
+        attended = self.attend(q, k, v, q_pos=pos, k_pos=pos, mask=self._token_mask(q), x=x, state=state, embedded=True)
         assert attended.output is not None
         return attended.output.to(v.dtype), attended.state
+
+    def positional_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Self-attention (B, H, T, d) at positions ``pos``, causal in token order if the layer is; the absolute
+        encoding is already in the tokens. Materialised here; kinds with a fused form override it."""
+        attended = self.attend(q, k, v, q_pos=pos, k_pos=pos, mask=self._token_mask(q), x=x, embedded=True)
+        assert attended.output is not None
+        return attended.output.to(v.dtype)
+
+    def _token_mask(self, q: torch.Tensor) -> torch.Tensor:
+        """The layer's mask in token order: (1, 1, T, T) bool, the future when causal, else nothing."""
+        index = positions(q.shape[-2], q.device)
+        if self.layer.causal:
+            return future_mask(index, index)
+        return torch.zeros(1, 1, q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device)
 
     # ---- FlexAttention
     def score_term(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, x: torch.Tensor | None) -> Any:
@@ -317,8 +387,9 @@ class Applier:
         return eager
 
     # ---- what learned_init gets
-    def init_context(self, length: int) -> Any:
-        """The context this kind's ``learned_init`` takes, for a model trained at ``length``."""
+    def init_context(self, length: int, grid: tuple[int, ...] | None = None) -> Any:
+        """The context this kind's ``learned_init`` takes, for a model trained at ``length`` tokens (``grid``:
+        the grid they form, for multi-axis methods)."""
         return self._score_context(length, length, 0)
 
     def _score_context(self, q_len: int, k_len: int, query_offset: int) -> ScoreContext:
@@ -382,7 +453,20 @@ def _sequence_length(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
     """max position + 1 over queries and keys: the length tables and dynamic scalings are built for."""
     if q_pos.numel() + k_pos.numel() == 0:
         return 0
-    return int(torch.cat((q_pos, k_pos)).max()) + 1
+    return max(int(torch.cat((q_pos, k_pos)).max()) + 1, 0)
+
+
+def _grid_extent(pos: torch.Tensor) -> tuple[int, ...]:
+    """The grid (max coordinate + 1 per axis) that the non-prefix positions (N, A) span."""
+    placed = pos[~prefix_index(pos)]  # (N', A)
+    if placed.numel() == 0:
+        return tuple(1 for _ in range(pos.shape[1]))
+    return tuple(int(extent) + 1 for extent in placed.max(dim=0).values.tolist())
+
+
+def _prefix_number(pos: torch.Tensor) -> torch.Tensor:
+    """Prefix token p (0-based) from its position −(p + 1): (N,) int64, meaningful where prefix_index holds."""
+    return -pos.reshape(pos.shape[0], -1)[:, 0] - 1
 
 
 def _own_values(v: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -395,20 +479,44 @@ class AbsoluteApplier(Applier):
     """P (N, D) added where the token embedding is (the model) or to q and k of every head (/v1/attention)."""
 
     def embed(self, t: torch.Tensor, pos: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
-        length = seq_len if seq_len is not None else _sequence_length(pos, pos[:0])
-        table = self.table(length, t.shape[-1], t.device)  # (N, D)
-        return t + table[pos].to(t.dtype)
+        dim = t.shape[-1]
+        prefix = prefix_index(pos)  # (N,)
+        if self.layer.graph is not None:
+            grid: tuple[int, ...] = (self.layer.graph.num_nodes,)
+        elif pos.dim() == 2:
+            grid = _grid_extent(pos)
+        else:
+            grid = (seq_len if seq_len is not None else _sequence_length(pos, pos[:0]),)
+        table = self.table(grid, dim, t.device)  # (*grid, D)
+        placed = pos.clamp_min(0).reshape(pos.shape[0], -1)  # (N, A): prefix rows read entry 0, replaced below
+        rows = table[tuple(placed[:, axis] for axis in range(placed.shape[1]))]  # (N, D)
+        if bool(prefix.any()):
+            rows = torch.where(prefix[:, None], self.prefix_rows(pos, dim, t.device).to(rows.dtype), rows)
+        return t + rows.to(t.dtype)
 
-    def table(self, length: int, dim: int, device: torch.device) -> torch.Tensor:
-        """P (length, dim) in the layer's compute dtype (cached per length: P depends only on it)."""
-        ctx = AbsoluteContext(grid=(length,), dim=dim, dtype=self.layer.dtype, device=device)
+    def table(self, grid: tuple[int, ...], dim: int, device: torch.device) -> torch.Tensor:
+        """P (*grid, dim) in the layer's compute dtype (cached per grid: P depends only on it)."""
+        ctx = self._context(grid, dim, device)
         table: torch.Tensor = self._cached(
-            ("absolute", length, dim, str(device)), lambda: encoding(self.spec, self.params, ctx)
+            ("absolute", grid, dim, str(device)), lambda: encoding(self.spec, self.params, ctx)
         )
         return table
 
-    def init_context(self, length: int) -> Any:
-        return AbsoluteContext(grid=(length,), dim=self.layer.width)
+    def prefix_rows(self, pos: torch.Tensor, dim: int, device: torch.device) -> torch.Tensor:
+        """The encoding of each prefix token: (N, D), the method's own prefix rows or zeros (ViT's CLS row)."""
+        number = _prefix_number(pos)  # (N,)
+        count = int(number.max()) + 1
+        if self.spec.prefix_encoding is None:
+            return torch.zeros(pos.shape[0], dim, dtype=self.layer.dtype, device=device)
+        own: torch.Tensor = self.spec.prefix_encoding(self.params, self._context((count,), dim, device), count)
+        return own[number.clamp(0, count - 1)]  # (N, D)
+
+    def _context(self, grid: tuple[int, ...], dim: int, device: torch.device) -> AbsoluteContext:
+        return AbsoluteContext(grid=grid, dim=dim, dtype=self.layer.dtype, device=device, graph=self.layer.graph)
+
+    def init_context(self, length: int, grid: tuple[int, ...] | None = None) -> Any:
+        grid = grid if grid is not None else (length,)
+        return AbsoluteContext(grid=grid, dim=self.layer.width, graph=self.layer.graph)
 
     def dry_run(self, longest: int) -> None:
         # On the meta device: the method's own checks run (a learned table must cover the longest sequence)
@@ -420,23 +528,51 @@ class AbsoluteApplier(Applier):
     ) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # P was added to the embeddings
 
+    def positional_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.layer.causal)  # P is in the tokens
+
 
 class BiasApplier(Applier):
     """B (H, Nq, Nk) from ``bias_dense`` added to the scaled scores (the ALiBi/T5 convention). With a causal
     layer the bias itself is −inf at future keys."""
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """The unmasked bias at these positions: (H, Nq, Nk) in the layer's compute dtype."""
-        ctx = BiasContext(
+        """The bias at these positions: (H, Nq, Nk) in the layer's compute dtype; 1D methods of a causal layer
+        are −inf in the future (multi-axis and graph methods leave causality to the mask). Prefix tokens get
+        the method's prefix entries, or 0."""
+        q_prefix, k_prefix = prefix_index(q_pos), prefix_index(k_pos)  # (Nq,), (Nk,)
+        if not bool(q_prefix.any()) and not bool(k_prefix.any()):
+            return bias_dense(self.spec, self.params, self._bias_context(q_pos, k_pos), q_pos, k_pos)
+        q_placed, k_placed = q_pos[~q_prefix], k_pos[~k_prefix]
+        heads = self.layer.num_heads
+        inner = bias_dense(self.spec, self.params, self._bias_context(q_placed, k_placed), q_placed, k_placed)
+        full = torch.zeros(heads, q_pos.shape[0], k_pos.shape[0], dtype=inner.dtype, device=inner.device)
+        full[:, (~q_prefix).nonzero()[:, 0, None], (~k_prefix).nonzero()[:, 0][None, :]] = inner  # (H, Nq', Nk')
+        if self.spec.prefix_bias is not None:
+            values = self.spec.prefix_bias(self.params, self._bias_context(q_placed, k_placed)).to(full.dtype)  # (H, 3)
+            from_prefix = q_prefix[:, None] & ~k_prefix[None, :]  # (Nq, Nk): prefix → token
+            to_prefix = ~q_prefix[:, None] & k_prefix[None, :]  # token → prefix
+            both = q_prefix[:, None] & k_prefix[None, :]  # prefix → prefix
+            for column, where in enumerate((from_prefix, to_prefix, both)):
+                full = torch.where(where[None], values[:, column, None, None], full)
+        return full
+
+    def _bias_context(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> BiasContext:
+        one_axis = q_pos.dim() == 1 and self.layer.graph is None
+        return BiasContext(
             num_heads=self.layer.num_heads,
             query_length=q_pos.shape[0],
             key_length=k_pos.shape[0],
-            causal=self.layer.causal,  # some methods differ by direction (T5's buckets); −inf in the future
+            # some methods differ by direction (T5's buckets); −inf in the future. A 2D or graph position has
+            # no future: the layer's mask (token order) decides.
+            causal=self.layer.causal and one_axis,
             dtype=self.layer.dtype,
-            query_offset=int(q_pos[0]) if q_pos.numel() else 0,
+            query_offset=int(q_pos[0]) if q_pos.numel() and one_axis else 0,
             device=q_pos.device,
+            graph=self.layer.graph,
         )
-        return bias_dense(self.spec, self.params, ctx, q_pos, k_pos)  # (H, Nq, Nk)
 
     def score_terms(self, inputs: LayerInputs, scale: float) -> ScoreTerms:
         scores = torch.matmul(inputs.q, inputs.k.transpose(-1, -2)) * scale  # (B, H, Nq, Nk)
@@ -445,8 +581,14 @@ class BiasApplier(Applier):
     def extra_workspace_elements(self, batch: int, q_len: int, k_len: int) -> int:
         return self.layer.num_heads * q_len * k_len
 
-    def init_context(self, length: int) -> Any:
-        return BiasContext(num_heads=self.layer.num_heads, query_length=length, key_length=length, causal=True)
+    def init_context(self, length: int, grid: tuple[int, ...] | None = None) -> Any:
+        return BiasContext(
+            num_heads=self.layer.num_heads,
+            query_length=length,
+            key_length=length,
+            causal=self.layer.causal,
+            graph=self.layer.graph,
+        )
 
     def score_term(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, x: torch.Tensor | None) -> Any:
         length = pos.shape[0]
@@ -495,6 +637,14 @@ class BiasApplier(Applier):
         mask = self._cached(("causal_bias", length, str(device)), build)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))  # (H, T, T) broadcasts
 
+    def positional_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        bias = self.bias(pos, pos)  # (H, T, T)
+        if self.layer.causal:
+            bias = bias.masked_fill(self._token_mask(q)[0], float("-inf"))  # token order
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+
 
 class RotaryApplier(Applier):
     """q and k rotated by their positions; xPos also scales q by ζ^(n/λ) and k by its reciprocal."""
@@ -511,22 +661,56 @@ class RotaryApplier(Applier):
                 f"rotary methods rotate pairs of features, so the head dim must be even; got D={self.layer.head_dim}",
             )
 
-    def frequencies(self, seq_len: int, device: torch.device) -> RotaryFrequencies:
-        """The method's frequencies for a context of ``seq_len`` (dynamic scalings read it)."""
-        return rotary_frequencies(
-            self.spec, self.params, RotaryContext(rotary_dim=self.rotary_dim, seq_len=seq_len, device=device)
-        )
+    def frequencies(self, seq_len: int, device: torch.device) -> RotaryFrequencies | RotaryGenerators:
+        """The method's frequencies (or generators) for a context of ``seq_len`` (dynamic scalings read it)."""
+        ctx = RotaryContext(rotary_dim=self.rotary_dim, seq_len=seq_len, device=device, num_heads=self.layer.num_heads)
+        return rotary_frequencies(self.spec, self.params, ctx)
 
     def tables(
         self, pos: torch.Tensor, seq_len: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, RotaryFrequencies]:
-        """(cos, sin, xPos scale or None, frequencies) at ``pos`` (N,) or (N, A): tables (N, d_rot/2)."""
+        """(cos, sin, xPos scale or None, frequencies) at ``pos`` (N,) or (N, A): tables (N, d_rot/2). Prefix
+        tokens (negative positions) get the identity: cos 1, sin 0, scale 1."""
         freqs = self.frequencies(seq_len, pos.device)
-        cos, sin = rotary_tables(freqs, pos, self.layer.dtype)  # (N, d_rot/2) each
-        return cos, sin, xpos_scale(freqs, pos, self.layer.dtype), freqs
+        if isinstance(freqs, RotaryGenerators):
+            raise InvalidInput(
+                ("return_tables",),
+                f"{self.spec.name!r} rotates blocks by matrices R(p) = expm(Σ p_a G_a), not by cos/sin tables",
+            )
+        prefix = prefix_index(pos)  # (N,)
+        cos, sin = rotary_tables(freqs, pos.clamp_min(0), self.layer.dtype)  # (N, d_rot/2) each
+        scale = xpos_scale(freqs, pos.clamp_min(0), self.layer.dtype)
+        if bool(prefix.any()):
+            cos = cos.masked_fill(prefix[:, None], 1.0)
+            sin = sin.masked_fill(prefix[:, None], 0.0)
+            scale = None if scale is None else scale.masked_fill(prefix[:, None], 1.0)
+        return cos, sin, scale, freqs
+
+    def attention_scale(self, seq_len: int) -> float:
+        """What cos and sin are multiplied by (YaRN's mscale, LongRoPE's factor); 1 for block rotations."""
+        freqs = self.frequencies(seq_len, torch.device("cpu"))
+        return 1.0 if isinstance(freqs, RotaryGenerators) else freqs.attention_scale
+
+    def rotation_elements(self, tokens: int) -> int:
+        """Elements of the rotation matrices for ``tokens`` tokens (block rotations; 0 for cos/sin tables)."""
+        freqs = self.frequencies(max(tokens, 1), torch.device("cpu"))  # generators are small: (Hg, A, m, b, b)
+        if not isinstance(freqs, RotaryGenerators):
+            return 0
+        return int(freqs.generators.shape[0]) * tokens * self.rotary_dim * freqs.block_size
+
+    def extra_workspace_elements(self, batch: int, q_len: int, k_len: int) -> int:
+        return self.rotation_elements(q_len) + self.rotation_elements(k_len)
 
     def rotate_side(self, t: torch.Tensor, pos: torch.Tensor, seq_len: int, *, keys: bool) -> torch.Tensor:
         """One side rotated in the layer's compute dtype: queries scaled by ζ^(n/λ), keys by its reciprocal."""
+        freqs = self.frequencies(seq_len, pos.device)
+        if isinstance(freqs, RotaryGenerators):
+            rotations = block_rotations(freqs, pos.clamp_min(0), self.layer.dtype)  # (Hg, N, m, b, b)
+            prefix = prefix_index(pos)  # (N,)
+            if bool(prefix.any()):
+                eye = torch.eye(freqs.block_size, dtype=rotations.dtype, device=rotations.device)
+                rotations = torch.where(prefix[None, :, None, None, None], eye, rotations)
+            return apply_block_rotation(t.to(rotations.dtype), rotations)
         cos, sin, scale, _ = self.tables(pos, seq_len)
         if keys and scale is not None:
             scale = 1.0 / scale
@@ -542,8 +726,8 @@ class RotaryApplier(Applier):
             self.rotate_side(k, k_pos, seq_len, keys=True).to(k.dtype),
         )
 
-    def init_context(self, length: int) -> Any:
-        return RotaryContext(rotary_dim=self.rotary_dim, seq_len=length)
+    def init_context(self, length: int, grid: tuple[int, ...] | None = None) -> Any:
+        return RotaryContext(rotary_dim=self.rotary_dim, seq_len=length, num_heads=self.layer.num_heads)
 
     def fast_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
@@ -559,6 +743,12 @@ class RotaryApplier(Applier):
         q = apply_rotary(q, cos, sin, pairing=pairing, scale=scale)
         k = apply_rotary(k, cos, sin, pairing=pairing, scale=None if scale is None else scale.reciprocal())
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def positional_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        q, k = self.rotate(q, k, pos, pos)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.layer.causal)
 
 
 class ScoreModApplier(Applier):
@@ -642,6 +832,14 @@ _APPLIERS: dict[Kind, type[Applier]] = {
 def build_applier(spec: MethodSpec, params: MethodParams, layer: Layer, cache: dict[Any, Any] | None = None) -> Applier:
     """The applier of ``spec``'s kind for ``layer`` (see the module docstring)."""
     return _APPLIERS[spec.kind](spec, params, layer, cache)
+
+
+def bias_applier(spec: MethodSpec, params: MethodParams, layer: Layer) -> BiasApplier:
+    """The applier of a bias method, for callers that want the bias itself (``POST /v1/bias`` on a grid)."""
+    applier = build_applier(spec, params, layer)
+    if not isinstance(applier, BiasApplier):
+        raise InvalidInput(("method",), f"{spec.name!r} is a {spec.kind.value} method, not a bias one")
+    return applier
 
 
 def rotary_applier(spec: MethodSpec, params: MethodParams, layer: Layer) -> RotaryApplier:

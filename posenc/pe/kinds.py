@@ -8,7 +8,7 @@ import torch
 from posenc.errors import InvalidInput
 from posenc.pe.ops import Pairing, rotate_pairs
 from posenc.pe.registry import MethodParams, MethodSpec
-from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext, RotaryFrequencies
+from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext, RotaryFrequencies, RotaryGenerators
 from posenc.schemas.compute import MAX_ROTARY_POSITION
 from posenc.schemas.methods import Kind
 
@@ -96,14 +96,61 @@ def toeplitz_to_dense(table: torch.Tensor, query_length: int, key_length: int) -
 
 
 # ----------------------------------------------------------------------------------------------- rotary
-def rotary_frequencies(spec: MethodSpec, params: MethodParams, ctx: RotaryContext) -> RotaryFrequencies:
+def rotary_frequencies(
+    spec: MethodSpec, params: MethodParams, ctx: RotaryContext
+) -> RotaryFrequencies | RotaryGenerators:
     _expect_kind(spec, Kind.ROTARY)
     if ctx.rotary_dim % 2:
         raise InvalidInput(("rotary_dim",), f"rotary dimension must be even, got {ctx.rotary_dim}")
-    freqs: RotaryFrequencies = spec.fn(params, ctx)
+    freqs: RotaryFrequencies | RotaryGenerators = spec.fn(params, ctx)
+    if isinstance(freqs, RotaryGenerators):
+        gens = freqs.generators
+        heads_ok = gens.dim() == 5 and gens.shape[0] in (1, ctx.num_heads)
+        if not heads_ok or gens.shape[2] * gens.shape[3] != ctx.rotary_dim:
+            raise AssertionError(f"{spec.name} returned generators {tuple(gens.shape)}")
+        return freqs
     if tuple(freqs.inv_freq.shape) != (ctx.rotary_dim // 2,):
         raise AssertionError(f"{spec.name} returned inv_freq {tuple(freqs.inv_freq.shape)}")
     return freqs
+
+
+def block_rotations(gens: RotaryGenerators, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """R(p) = expm(Σ_a u_a·G_a) per token and block: positions (N, A) int64 -> (Hg, N, m, b, b) in ``dtype``
+    (float32 at least: matrix_exp is not accurate in half precision), u_a = (p_a + offset_a)·scale_a."""
+    pos = positions.reshape(positions.shape[0], -1)  # (N, A)
+    if pos.shape[1] != gens.num_axes:
+        raise InvalidInput(
+            ("positions",), f"this method needs {gens.num_axes} coordinate(s) per position, got {pos.shape[1]}"
+        )
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    coords = (pos.to(torch.float64) + gens.position_offset.to(pos.device)) * gens.position_scale.to(pos.device)
+    generators = gens.generators.to(device=pos.device, dtype=work)  # (Hg, A, m, b, b)
+    if gens.block_size == 2:
+        # closed form: [[0, −f], [f, 0]] summed over axes is the rotation by Σ_a u_a·f_a
+        # the angle in float64 as the cos/sin tables are, rounded once after cos and sin
+        freq = gens.generators.to(device=pos.device, dtype=torch.float64)[:, :, :, 1, 0]  # (Hg, A, m)
+        angle = torch.einsum("na,ham->hnm", coords, freq)  # (Hg, N, m)
+        cos, sin = torch.cos(angle).to(work), torch.sin(angle).to(work)
+        rows = (torch.stack((cos, -sin), -1), torch.stack((sin, cos), -1))  # each (Hg, N, m, 2)
+        return torch.stack(rows, -2)  # (Hg, N, m, 2, 2)
+    exponent = torch.einsum("na,hamij->hnmij", coords.to(work), generators).contiguous()  # (Hg, N, m, b, b)
+    rotations: torch.Tensor = torch.linalg.matrix_exp(exponent)
+    return rotations
+
+
+def apply_block_rotation(x: torch.Tensor, rotations: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
+    """x (B, H, N, D) with its first m·b features rotated block-wise by ``rotations`` (Hg, N, m, b, b):
+    block j of token n becomes R[n, j] @ x_j (Rᵀ with ``transpose``); the rest passes through."""
+    blocks, size = rotations.shape[2], rotations.shape[3]
+    rot_dim = blocks * size
+    if rot_dim > x.shape[-1]:
+        raise InvalidInput(("rotary_dim",), f"rotary_dim {rot_dim} is larger than the head dim {x.shape[-1]}")
+    part = x[..., :rot_dim].to(rotations.dtype).reshape(*x.shape[:-1], blocks, size)  # (B, H, N, m, b)
+    pattern = "hnmji,bhnmj->bhnmi" if transpose else "hnmij,bhnmj->bhnmi"
+    rotated = torch.einsum(pattern, rotations, part).reshape(*x.shape[:-1], rot_dim)  # (B, H, N, m·b)
+    if rot_dim == x.shape[-1]:
+        return rotated.to(x.dtype)
+    return torch.cat((rotated.to(x.dtype), x[..., rot_dim:]), dim=-1)
 
 
 def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor) -> torch.Tensor:
@@ -118,7 +165,9 @@ def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor) -> torch.Te
     pos = positions.reshape(positions.shape[0], -1)  # (N, A)
     if pos.shape[1] != freqs.num_axes:
         raise InvalidInput(
-            ("positions",), f"this method needs {freqs.num_axes} coordinate(s) per position, got {pos.shape[1]}"
+            ("positions",),
+            f"this method needs {freqs.num_axes} coordinate(s) per position, got {pos.shape[1]}: give positions "
+            f"(N, {freqs.num_axes}) or a grid",
         )
     if pos.numel() and int(pos.abs().max()) > MAX_ROTARY_POSITION:
         raise InvalidInput(

@@ -55,11 +55,12 @@ class MethodSpec:
     # ``posenc.tensors.to_torch`` lets a torch tensor through unchanged, so the method stays differentiable.
     learned_init: Callable[..., dict[str, Any]] | None = None
     # How many coordinates a position has (2 for 2D grids, 3 for video): the 1D sequence models take axes == 1.
+    # 0: the positions are node ids of a graph (or the features of a table), with no order or coordinates.
     axes: int = 1
     # A model holds one instance of the method's learned parameters per layer (the paper's choice) rather than
     # one shared by every layer.
     per_layer: bool = False
-    # Layer inputs the method reads besides q and k: "x" (the layer input, for gates), "v" (the values).
+    # Inputs the method reads besides q and k: "x" (the layer input, for gates), "v" (the values), "graph".
     needs: frozenset[str] = frozenset()
     # Defined for causal attention only (the method's cumulative sums or memory run over past keys).
     causal_only: bool = False
@@ -69,6 +70,12 @@ class MethodSpec:
     # Content methods whose intermediates outgrow two (B, H, Nq, Nk) maps: (params, ctx, batch) -> elements,
     # what the gateway counts against its budget before anything is allocated.
     workspace: Callable[..., int] | None = None
+    # Prefix tokens (negative positions, see posenc.pe.types): absolute methods with their own prefix rows
+    # register prefix_encoding(params, ctx: AbsoluteContext, count) -> (count, D); bias methods with their own
+    # prefix entries register prefix_bias(params, ctx: BiasContext) -> (H, 3), the per-head values of
+    # prefix→token, token→prefix and prefix→prefix. Without them a prefix token gets zeros.
+    prefix_encoding: Callable[..., Any] | None = None
+    prefix_bias: Callable[..., Any] | None = None
 
     @property
     def summary(self) -> str:
@@ -100,6 +107,8 @@ class MethodSpec:
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
+# What a method may read besides q and k: the layer input, the values, a graph (graph methods' structure).
+LAYER_INPUTS = frozenset({"x", "v", "graph"})
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -120,14 +129,16 @@ def register(
     state_init: Callable[..., Any] | None = None,
     state_ffn: Callable[..., Any] | None = None,
     workspace: Callable[..., int] | None = None,
+    prefix_encoding: Callable[..., Any] | None = None,
+    prefix_bias: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn`` under ``name``; a second registration of the same name is an error."""
 
     def decorator(fn: F) -> F:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered by {_REGISTRY[name].family}")
-        if needs - {"x", "v"}:
-            raise ValueError(f"{name}: unknown layer inputs {sorted(needs - {'x', 'v'})}")
+        if needs - LAYER_INPUTS:
+            raise ValueError(f"{name}: unknown layer inputs {sorted(needs - LAYER_INPUTS)}")
         if (state_init is None) != (state_ffn is None):
             raise ValueError(f"{name}: a model-coupled method registers both state_init and state_ffn")
         if toeplitz and kind is not Kind.BIAS:
@@ -153,6 +164,8 @@ def register(
             state_init=state_init,
             state_ffn=state_ffn,
             workspace=workspace,
+            prefix_encoding=prefix_encoding,
+            prefix_bias=prefix_bias,
         )
         return fn
 

@@ -1,8 +1,9 @@
 """2D rotary embeddings for images (Heo et al., ECCV 2024, "Rotary Position Embedding for Vision
 Transformer").
 
-Methods: ``rope_2d_axial``. Positions are (N, 2) integer (x, y) = (column, row) coordinates; each rotated pair
-declares which coordinate it turns by (``pair_axis``), and the shared apply does the rest.
+Methods: ``rope_2d_axial``. Positions are (N, 2) integer (row, col) coordinates (posenc.pe.types), so the
+paper's x is the column (axis 1) and y the row (axis 0); each rotated pair declares which coordinate it turns by
+(``pair_axis``), and the shared apply does the rest.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from posenc.pe.registry import MethodParams, register
 from posenc.pe.types import RotaryContext, RotaryFrequencies
 from posenc.schemas.methods import Kind
 
-X_AXIS, Y_AXIS = 0, 1  # column index of x and y in the (N, 2) positions
+Y_AXIS, X_AXIS = 0, 1  # the (N, 2) positions are (row, col): y is column 0, x column 1
 
 
 class Rope2dAxialParams(MethodParams):
@@ -32,7 +33,7 @@ class Rope2dAxialParams(MethodParams):
     "https://arxiv.org/abs/2403.13298",
     conventions={
         "pairing": "request option; the reference (naver-ai/rope-vit compute_axial_cis) uses interleaved",
-        "positions": "(N, 2) int (x, y): x = t mod W (column), y = t div W (row) for patch token t",
+        "positions": "(N, 2) int (row, col) = (y, x): x = t mod W (column), y = t div W (row) for patch token t",
         "axes": "pairs 0 … d/4−1 rotate by x, pairs d/4 … d/2−1 by y, with the same d/4 frequencies",
         "cls": "the reference does not rotate CLS: send patch tokens only",
         "resolution": "a new grid reuses the same frequencies (extrapolation in position, no rescaling)",

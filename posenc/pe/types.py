@@ -17,6 +17,14 @@ Signatures (``P`` is the method's params model):
     attention: fn(params: P, inputs: LayerInputs, ctx: ScoreContext) -> AttentionWeights
                Replaces the softmax: weights with masked entries 0, and the mass left to no key.
 
+Positions. 1D methods take (N,) int64 positions. Multi-axis methods (registry ``axes`` = A > 1) take (N, A)
+int64 coordinates whose columns follow the grid's axes: (row, col) for a (rows, cols) grid, (frame, row, col)
+for a (frames, rows, cols) grid; tokens of a grid are numbered in C order over it (row-major per frame).
+Graph methods take node ids (N,). Prefix tokens (CLS, registers, a graph's virtual token) have NEGATIVE
+positions: prefix token p (0-based) is −(p + 1) on every axis. Appliers give them the identity rotation, a zero
+bias and a zero encoding unless the method registers ``prefix_bias`` or ``prefix_encoding``; methods themselves
+only ever see the non-negative positions of the other tokens.
+
 A model-coupled method (TAPE) also registers ``state_init(params, ctx, batch, length) -> state`` (the state
 entering the first layer) and ``state_ffn(params, x, state) -> state`` (its update in each feed-forward
 sublayer); it reads ``inputs.state`` and returns ``ScoreTerms.next_state``.
@@ -34,12 +42,29 @@ import torch
 from posenc.errors import InvalidInput
 
 
+def prefix_index(positions: torch.Tensor) -> torch.Tensor:
+    """Which tokens are prefix tokens: (N,) bool from positions (N,) or (N, A) (negative coordinates)."""
+    return positions.reshape(positions.shape[0], -1)[:, 0] < 0
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A graph for graph methods: node ids 0 … num_nodes − 1, edges (E, 2) int64 (u, v), undirected unless
+    ``directed``; edge_features (E,) or (E, F) int64 categorical ids, or None."""
+
+    num_nodes: int
+    edges: torch.Tensor
+    edge_features: torch.Tensor | None = None
+    directed: bool = False
+
+
 @dataclass(frozen=True)
 class AbsoluteContext:
-    grid: tuple[int, ...]  # (N,) for 1D methods, (Hh, Ww) for 2D, (T, Hh, Ww) for 3D
+    grid: tuple[int, ...]  # (N,) for 1D methods, (Hh, Ww) for 2D, (T, Hh, Ww) for 3D; (num_nodes,) for graphs
     dim: int
     dtype: torch.dtype = torch.float32  # table dtype: float32, or float64 for references
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    graph: Graph | None = None  # graph methods (Laplacian PE, centrality)
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,7 @@ class BiasContext:
     # Query i sits at position i + query_offset, key j at j (bottom-right alignment is Nk − Nq).
     query_offset: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    graph: Graph | None = None  # graph methods (Graphormer's shortest paths)
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,35 @@ class RotaryContext:
     # float32-rounded ω would already be off by n·2^-24 rad at position n. float32 is for tests of that rounding.
     dtype: torch.dtype = torch.float64
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    num_heads: int = 1  # methods with per-head rotations (RoPE-Mixed, LieRE) return one per head
+
+
+@dataclass(frozen=True)
+class RotaryGenerators:
+    """What a rotary method returns when its rotations are not one angle per pair and axis: block rotations
+
+        R(p) = expm( Σ_a u_a · G_a ),   u_a = (p_a + position_offset[a]) · position_scale[a]
+
+    applied to consecutive blocks of b features (block j = features j·b … j·b + b − 1 of the rotated part),
+    q' = R(p_i) q_i and k' = R(p_j) k_j. ``generators`` (Hg, A, m, b, b) skew-symmetric with Hg = 1 (shared by
+    the heads) or H, m·b = d_rot. With b = 2 the block [[0, −f], [f, 0]] is the rotation by u·f (RoPE-Mixed
+    is this case and is computed in closed form); for b > 2 ``torch.linalg.matrix_exp`` in float32 or wider.
+    ``commuting``: the generators commute block-wise, so R(p)ᵀR(p') = R(p' − p) exactly (ComRoPE; LieRE in
+    general not).
+    """
+
+    generators: torch.Tensor
+    position_scale: torch.Tensor  # (A,) float64
+    position_offset: torch.Tensor  # (A,) float64
+    commuting: bool = False
+
+    @property
+    def block_size(self) -> int:
+        return int(self.generators.shape[-1])
+
+    @property
+    def num_axes(self) -> int:
+        return int(self.generators.shape[1])
 
 
 @dataclass(frozen=True)

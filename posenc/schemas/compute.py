@@ -6,6 +6,7 @@ anything is allocated; the bounds here are the hard ones that hold for every dep
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -25,6 +26,35 @@ QUERY_OFFSET_DESCRIPTION = (
 )
 Length = Annotated[int, Field(ge=1, le=MAX_LENGTH)]
 Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
+MAX_GRAPH_NODES = 4096  # graph methods solve all-pairs shortest paths or a dense eigenproblem: O(n^3)
+MAX_GRAPH_EDGES = 1_000_000
+GridSizes = Annotated[
+    list[Annotated[int, Field(ge=1, le=65536)]],
+    Field(min_length=2, max_length=3, description="(rows, cols) for 2D methods, (frames, rows, cols) for 3D"),
+]
+PREFIX_DESCRIPTION = (
+    "tokens before the grid's (CLS, registers, a graph's virtual token): not rotated, biased or encoded the way "
+    "grid tokens are (identity rotation; the method's own prefix entries or 0)"
+)
+POSITIONS_DESCRIPTION = (
+    "int positions of the keys: (N,) for 1D methods, (N, A) coordinates for 2D/3D methods ((row, col) or "
+    "(frame, row, col)); negative rows are prefix tokens (prefix p at -(p + 1)); the queries are the last Nq keys"
+)
+
+
+class GraphIn(BaseModel):
+    """A graph for graph methods (Graphormer, Laplacian PE): nodes 0 … num_nodes − 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_nodes: int = Field(ge=1, le=MAX_GRAPH_NODES)
+    edges: list[tuple[Int64, Int64]] = Field(
+        default_factory=list, max_length=MAX_GRAPH_EDGES, description="(u, v) node id pairs"
+    )
+    edge_features: list[Int64] | list[list[Int64]] | None = Field(
+        default=None, description="one categorical id (or a list of ids) per edge, in the order of edges"
+    )
+    directed: bool = Field(default=False, description="false: every edge is traversed both ways")
 
 
 class _Request(BaseModel):
@@ -41,12 +71,18 @@ class BiasRequest(_Request):
     """``POST /v1/bias``: B of shape (H, Nq, Nk), or the (H, Nq + Nk - 1) table for Toeplitz methods."""
 
     num_heads: Heads
-    query_length: Length
+    query_length: Length | None = Field(
+        default=None, description="required for 1D methods; with a grid or a graph it is their token count"
+    )
+    grid: GridSizes | None = Field(default=None, description="2D/3D methods: the grid of the tokens (self-attention)")
+    graph: GraphIn | None = Field(default=None, description="graph methods: the tokens are its nodes")
+    prefix_tokens: int = Field(default=0, ge=0, le=MAX_LENGTH, description=PREFIX_DESCRIPTION)
     key_length: Length | None = Field(default=None, description="defaults to query_length")
     query_offset: int | None = Field(default=None, ge=0, le=MAX_LENGTH, description=QUERY_OFFSET_DESCRIPTION)
-    causal: bool = Field(
-        default=True,
-        description="mask keys after the query (j > i + query_offset) with -inf (and use the method's causal form)",
+    causal: bool | None = Field(
+        default=None,
+        description="mask keys after the query (j > i + query_offset) with -inf (and use the method's causal form); "
+        "default true for 1D sequences, false for a grid or a graph (token order is no direction there)",
     )
     dtype: FloatDType = "float32"
     form: Literal["dense", "toeplitz"] = Field(
@@ -55,13 +91,38 @@ class BiasRequest(_Request):
         "indices; the positions differ by i + query_offset - j)",
     )
 
+    @model_validator(mode="after")
+    def _one_layout(self) -> BiasRequest:
+        layouts = [name for name in ("query_length", "grid", "graph") if getattr(self, name) is not None]
+        if len(layouts) != 1:
+            raise ValueError("give exactly one of 'query_length' (1D), 'grid' (2D/3D) or 'graph' (graph methods)")
+        if self.query_length is None and (self.key_length is not None or self.query_offset is not None):
+            raise ValueError("key_length and query_offset apply to 1D sequences (query_length) only")
+        if self.query_length is not None and self.prefix_tokens:
+            raise ValueError("prefix_tokens apply to a grid or a graph")
+        return self
+
+    @property
+    def resolved_query_length(self) -> int:
+        """Tokens: query_length, or the prefix plus the grid's or the graph's tokens."""
+        if self.grid is not None:
+            return self.prefix_tokens + math.prod(self.grid)
+        if self.graph is not None:
+            return self.prefix_tokens + self.graph.num_nodes
+        assert self.query_length is not None
+        return self.query_length
+
     @property
     def resolved_key_length(self) -> int:
-        return self.key_length if self.key_length is not None else self.query_length
+        return self.key_length if self.key_length is not None else self.resolved_query_length
+
+    @property
+    def resolved_causal(self) -> bool:
+        return self.causal if self.causal is not None else self.query_length is not None
 
     @property
     def resolved_query_offset(self) -> int:
-        return default_query_offset(self.query_offset, self.query_length, self.resolved_key_length)
+        return default_query_offset(self.query_offset, self.resolved_query_length, self.resolved_key_length)
 
 
 class RotaryRequest(_Request):
@@ -69,10 +130,13 @@ class RotaryRequest(_Request):
 
     q: TensorIn
     k: TensorIn | None = Field(default=None, description="omit with rotate='query'; same D as q")
-    positions: TensorIn | list[Int64] | None = Field(
+    positions: TensorIn | list[Int64] | list[list[Int64]] | None = Field(
         default=None,
-        description="int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset",
+        description="int positions (N,), or (N, A) coordinates for 2D/3D methods ((row, col), (frame, row, col)); "
+        "negative rows are prefix tokens, left unrotated; default arange(N) + offset",
     )
+    grid: GridSizes | None = Field(default=None, description="2D/3D methods: positions of the tokens of this grid")
+    prefix_tokens: int = Field(default=0, ge=0, le=MAX_LENGTH, description=PREFIX_DESCRIPTION)
     offset: int = Field(
         default=0,
         ge=0,
@@ -99,13 +163,17 @@ class EncodingRequest(_Request):
     grid: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
         default=None, min_length=1, max_length=3, description="(H, W) or (T, H, W) for 2D/3D methods"
     )
+    graph: GraphIn | None = Field(default=None, description="graph methods: encode its nodes (N = num_nodes)")
+    prefix_tokens: int = Field(
+        default=0, ge=0, le=MAX_LENGTH, description="also return 'prefix' (P, dim): the prefix tokens' rows"
+    )
     dim: Annotated[int, Field(ge=1, le=65536)]
     dtype: FloatDType = "float32"
 
     @model_validator(mode="after")
     def _length_or_grid(self) -> EncodingRequest:
-        if (self.length is None) == (self.grid is None):
-            raise ValueError("give exactly one of 'length' (1D methods) or 'grid' (2D/3D methods)")
+        if sum(value is not None for value in (self.length, self.grid, self.graph)) != 1:
+            raise ValueError("give exactly one of 'length' (1D methods), 'grid' (2D/3D methods) or 'graph'")
         return self
 
 
@@ -126,8 +194,20 @@ class AttentionRequest(_Request):
         "(B, H, Nk, D) by name ('cos', 'sin'); default: the first layer's. The response has the state leaving "
         "the layer as tensors 'state.<name>' (B, H, Nq, D)",
     )
-    causal: bool = Field(default=True, description="mask keys after the query (j > i + query_offset)")
+    causal: bool | None = Field(
+        default=None,
+        description="mask keys after the query (j > i + query_offset, in token order); default true, false "
+        "when grid, positions or graph is given",
+    )
     query_offset: int | None = Field(default=None, ge=0, le=MAX_LENGTH, description=QUERY_OFFSET_DESCRIPTION)
+    grid: GridSizes | None = Field(
+        default=None, description="2D/3D methods: the keys are prefix_tokens tokens, then this grid's in C order"
+    )
+    prefix_tokens: int = Field(default=0, ge=0, le=MAX_LENGTH, description=PREFIX_DESCRIPTION)
+    positions: TensorIn | list[Int64] | list[list[Int64]] | None = Field(
+        default=None, description=POSITIONS_DESCRIPTION
+    )
+    graph: GraphIn | None = Field(default=None, description="graph methods: the keys are its nodes (positions = ids)")
     key_padding_mask: TensorIn | list[list[bool]] | None = Field(
         default=None, description="(B, Nk) booleans, true = a padding key that nobody attends to"
     )
@@ -135,6 +215,12 @@ class AttentionRequest(_Request):
     scale: float | None = Field(default=None, gt=0, description="logit scale; default 1/sqrt(D)")
     pairing: Literal["half", "interleaved"] = "half"
     dtype: FloatDType | None = None
+
+    @property
+    def resolved_causal(self) -> bool:
+        if self.causal is not None:
+            return self.causal
+        return self.grid is None and self.graph is None and self.positions is None
 
 
 def default_query_offset(query_offset: int | None, query_length: int, key_length: int) -> int:

@@ -8,7 +8,7 @@ of the compute routes, run by a worker, its tensors written to an artifact.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -35,6 +35,11 @@ COMPUTE_REQUESTS: dict[str, type[ComputeRequest]] = {
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired"})
 SyntheticTask = Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
+ImageTask = Literal["shapes", "quadrant", "above_left", "same_diagonal"]
+SYNTHETIC_TASKS: tuple[SyntheticTask, ...] = get_args(SyntheticTask)
+IMAGE_TASKS: tuple[ImageTask, ...] = get_args(ImageTask)
+DEFAULT_IMAGE_SIZE = 32
+DEFAULT_PATCH_SIZE = 4
 
 
 class _Strict(BaseModel):
@@ -48,7 +53,7 @@ class MethodRef(_Strict):
 
 
 class DataSpec(_Strict):
-    """A character-level corpus or a synthetic task."""
+    """A character-level corpus, a synthetic sequence task, or an image task (trained on a ViT)."""
 
     corpus: str | None = Field(
         default=None,
@@ -57,14 +62,47 @@ class DataSpec(_Strict):
         "(tinyshakespeare.txt in a data directory), or a text file under the data directories "
         "(POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one",
     )
-    task: SyntheticTask | None = None
+    task: SyntheticTask | ImageTask | None = Field(
+        default=None,
+        description="a synthetic sequence task, or an image task (procedural images, any resolution): 'shapes' "
+        "(10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot "
+        "above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal)",
+    )
     val_fraction: float = Field(default=0.1, gt=0, lt=0.5)
+    image_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description=f"image tasks: training resolution in pixels (default {DEFAULT_IMAGE_SIZE})",
+    )
+    patch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description=f"image tasks: side of a square patch in pixels (default {DEFAULT_PATCH_SIZE})",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
         if (self.corpus is None) == (self.task is None):
             raise ValueError("give exactly one of 'corpus' or 'task'")
+        if self.image_task is None:
+            if self.image_size is not None or self.patch_size is not None:
+                raise ValueError(f"image_size and patch_size are for the image tasks {list(IMAGE_TASKS)}")
+        else:
+            self.image_size = self.image_size if self.image_size is not None else DEFAULT_IMAGE_SIZE
+            self.patch_size = self.patch_size if self.patch_size is not None else DEFAULT_PATCH_SIZE
         return self
+
+    @property
+    def image_task(self) -> ImageTask | None:
+        """The task when it is an image task, else None."""
+        return next((name for name in IMAGE_TASKS if name == self.task), None)
+
+    @property
+    def sequence_task(self) -> SyntheticTask | None:
+        """The task when it is a synthetic sequence task, else None."""
+        return next((name for name in SYNTHETIC_TASKS if name == self.task), None)
 
 
 class ModelSpec(_Strict):
@@ -76,6 +114,9 @@ class ModelSpec(_Strict):
         default="half",
         description="rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or "
         "interleaved (GPT-J/Meta)",
+    )
+    cls_token: bool = Field(
+        default=True, description="image tasks: classify from a CLS token (else mean-pool); text models ignore it"
     )
 
     @model_validator(mode="after")
@@ -106,7 +147,14 @@ class EvalSpec(_Strict):
         default=None, ge=1, le=INT64_MAX, description="sliding: tokens scored per window (default L/2)"
     )
     max_tokens: int = Field(default=65536, ge=1, le=INT64_MAX, description="scored tokens per length (text)")
-    samples: int = Field(default=100, ge=1, le=INT64_MAX, description="sequences per length (synthetic tasks)")
+    samples: int = Field(
+        default=100, ge=1, le=INT64_MAX, description="sequences per length (synthetic tasks), images per resolution"
+    )
+    resolutions: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        default=None,
+        description="image tasks: evaluation resolutions in pixels, multiples of data.patch_size; default "
+        "[S/2, 3S/4, S, 3S/2, 2S] with S = data.image_size (those that are multiples of the patch)",
+    )
 
 
 class JobSpec(_Strict):

@@ -28,7 +28,9 @@ class MethodInfo(BaseModel):
     toeplitz: bool = Field(
         default=False, description="bias methods only: depends on i - j alone, so form='toeplitz' is available"
     )
-    axes: int = Field(default=1, description="coordinates per position: 1 for sequences, 2 for images, 3 for video")
+    axes: int = Field(
+        default=1, description="coordinates per position: 1 for sequences, 2 for images, 3 for video, 0 for graph nodes"
+    )
     per_layer: bool = Field(
         default=False, description="a model keeps one set of the method's learned parameters per layer"
     )

@@ -12,6 +12,9 @@ Text protocols (evaluation.md §1.2), over the first ``max_tokens`` next-charact
 Tasks: greedy exact match. Teacher-forced argmax over the target tokens (EOS included) is used: a greedy
 decode reproduces the target exactly iff the argmax is right at every target position given the right
 prefix, so the two are the same metric and one forward pass per batch replaces n decoding steps.
+
+Images: top-1 accuracy on ``samples`` held-out scenes per resolution; the scenes are the same at every
+resolution (drawn once from ``IMAGE_EVAL_SEED``, then rendered at each), only the pixel noise is drawn anew.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ from typing import Any, Literal
 
 import torch
 
+from posenc.schemas.jobs import ImageTask
 from posenc.training.data import TaskName, task_batch
+from posenc.training.vision import draw_scenes, render
 
 Protocol = Literal["nonoverlapping", "sliding"]
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) int64 -> logits (B, T, V)
 
 EVAL_TOKENS_PER_BATCH = 8192  # windows per forward pass = this // L_valid (at least one)
 TASK_EVAL_SEED = 20240601  # every method and seed is scored on the same task instances
+IMAGE_EVAL_SEED = 20240602  # the held-out scenes (its + 1 seeds their pixel noise), apart from training's
+EVAL_PIXELS_PER_BATCH = 2**18  # images per forward pass = this // S² (64 at 64 px), at least one
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,16 @@ class TextScore:
 class TaskScore:
     length: int  # task size n
     exact_match: float
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ImageScore:
+    resolution: int  # pixels per side
+    accuracy: float  # top-1
     samples: int
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +157,28 @@ def evaluate_task(
         right_or_unscored = (predicted == batch.targets) | ~batch.loss_mask  # (b, T)
         correct += int(right_or_unscored.all(dim=1).sum())
     return TaskScore(length=size, exact_match=correct / samples, samples=samples)
+
+
+@torch.inference_mode()
+def evaluate_images(
+    classify: LogitsFn,
+    task: ImageTask,
+    resolution: int,
+    *,
+    samples: int = 100,
+    device: str | torch.device = "cpu",
+) -> ImageScore:
+    """Top-1 accuracy of ``classify`` (images (B, 3, S, S) -> logits (B, classes)) on the held-out scenes at
+    ``resolution`` px: the same scenes for every model and every resolution."""
+    scenes = draw_scenes(task, samples, torch.Generator().manual_seed(IMAGE_EVAL_SEED))
+    noise = torch.Generator().manual_seed(IMAGE_EVAL_SEED + 1)
+    per_batch = max(1, EVAL_PIXELS_PER_BATCH // resolution**2)
+    correct = 0
+    for first in range(0, samples, per_batch):
+        chunk = scenes.select(slice(first, first + per_batch))
+        predicted = classify(render(chunk, resolution, noise).to(device)).argmax(-1).cpu()  # (b,)
+        correct += int((predicted == chunk.labels).sum())
+    return ImageScore(resolution=resolution, accuracy=correct / samples, samples=samples)
 
 
 def evaluate_lengths_text(

@@ -11,6 +11,10 @@ Kinds
                  ``{"method", "seed", "length", "metric", "value"}`` plus a summary; ``table.csv``,
                  ``table.json`` and ``plot.png``.
 
+Image tasks (``data.task`` one of ``IMAGE_TASKS``) train the ViT of ``posenc.training.vit`` at
+``data.image_size`` and evaluate top-1 accuracy at ``eval.resolutions``: rows carry ``resolution`` (pixels)
+where text rows carry ``length``, with the metric ``accuracy``; the plot is accuracy against resolution.
+
 Idempotent and resumable (service.md §1.7): ``job_dir/result.json`` is written last and returned as is when a
 redelivered job finds it; each (method, seed) sub-run keeps its training checkpoint and, once done, its result
 under ``job_dir/checkpoints/<index>-<method>-seed<s>/``, so a redelivery resumes mid-training or skips it.
@@ -33,11 +37,13 @@ from posenc.errors import InvalidInput
 from posenc.jobspec import (
     SPEC,
     eval_lengths,
+    image_patch,
+    image_tokens,
     in_distribution_length,
     train_task_size,
     validate_spec,
 )
-from posenc.schemas.jobs import JobKind, JobSpec, MethodRef
+from posenc.schemas.jobs import IMAGE_TASKS, ImageTask, JobKind, JobSpec, MethodRef
 from posenc.training.data import (
     TaskName,
     char_corpus,
@@ -46,12 +52,14 @@ from posenc.training.data import (
     task_vocab,
     text_batch,
 )
-from posenc.training.evaluate import evaluate_task, evaluate_text
+from posenc.training.evaluate import evaluate_images, evaluate_task, evaluate_text
 from posenc.training.files import load_model, read_json, save_model, write_json_atomic
 from posenc.training.hooks import JobCancelled, JobHooks, Progress
-from posenc.training.model import ModelConfig, TinyTransformer, count_parameters
+from posenc.training.model import ModelConfig, count_parameters
 from posenc.training.report import summarize, write_benchmark_artifacts
-from posenc.training.train import Batch, BatchSource, ProgressScope, train
+from posenc.training.train import AnyConfig, Batch, BatchSource, Model, ProgressScope, train
+from posenc.training.vision import image_batch, task_classes
+from posenc.training.vit import ViTConfig
 
 LOSS_CURVE_POINTS = 200
 RESULT_NAME = "result.json"
@@ -60,18 +68,30 @@ RESULT_NAME = "result.json"
 # ------------------------------------------------------------------------------------------------ data
 @dataclass(frozen=True)
 class PreparedData:
-    """The vocabulary, a batch source for training and the validation ids (text) or the task."""
+    """The vocabulary (image tasks: the class names), a batch source for training and the validation ids
+    (text) or the task."""
 
     vocab: tuple[str, ...]
     batches: BatchSource
     val: torch.Tensor | None  # (N_val,) int64 for text
     task: TaskName | None
+    image: ImageTask | None = None
 
 
 def prepare_data(spec: JobSpec, data_dir: Path | None, vocab: tuple[str, ...] | None = None) -> PreparedData:
     """Load the corpus (or set up the task); ``vocab`` fixes the vocabulary of an already trained model."""
-    task = spec.data.task
+    task = spec.data.sequence_task
     length, batch_size = spec.train.length, spec.train.batch_size
+    image = spec.data.image_task
+    if image is not None:
+        size = in_distribution_length(spec)
+        tokens = batch_size * image_tokens(spec, size)
+
+        def image_batches(generator: torch.Generator) -> Batch:
+            images, labels = image_batch(image, batch_size, size, generator)  # fresh scenes every step
+            return Batch(images, labels, tokens=tokens)
+
+        return PreparedData(vocab=task_classes(image), batches=image_batches, val=None, task=None, image=image)
     if task is not None:
         size = train_task_size(spec)
 
@@ -90,7 +110,21 @@ def prepare_data(spec: JobSpec, data_dir: Path | None, vocab: tuple[str, ...] | 
     return PreparedData(vocab=corpus.vocab, batches=text_batches, val=corpus.val, task=None)
 
 
-def _model_config(spec: JobSpec, ref: MethodRef, vocab_size: int) -> ModelConfig:
+def _model_config(spec: JobSpec, ref: MethodRef, vocab_size: int) -> AnyConfig:
+    if spec.data.image_task is not None:
+        return ViTConfig(
+            num_classes=vocab_size,
+            image_size=in_distribution_length(spec),
+            patch_size=image_patch(spec),
+            layers=spec.model.layers,
+            dim=spec.model.dim,
+            heads=spec.model.heads,
+            ffn_mult=spec.model.ffn_mult,
+            cls_token=spec.model.cls_token,
+            pairing=spec.model.pairing,
+            method=ref.method,
+            params=dict(ref.params),
+        )
     return ModelConfig(
         vocab_size=vocab_size,
         layers=spec.model.layers,
@@ -122,8 +156,26 @@ class JobProgress:
             raise JobCancelled(f"cancelled at step {self.done} of {self.total}")
 
 
+def _metric(spec: JobSpec) -> str:
+    """The headline metric: accuracy (images), exact_match (tasks) or ppl (text)."""
+    if spec.data.image_task is not None:
+        return "accuracy"
+    return "exact_match" if spec.data.task is not None else "ppl"
+
+
+def _axis(spec: JobSpec) -> str:
+    """What the evaluation varies, and the rows' key for it: resolution (images, px) or length."""
+    return "resolution" if spec.data.image_task is not None else "length"
+
+
+def _protocol(spec: JobSpec) -> str:
+    if spec.data.image_task is not None:
+        return "top1_accuracy"
+    return spec.eval.protocol if spec.data.task is None else "greedy_exact_match"
+
+
 def _evaluate(
-    model: TinyTransformer,
+    model: Model,
     data: PreparedData,
     spec: JobSpec,
     lengths: list[int],
@@ -132,12 +184,14 @@ def _evaluate(
     label: str,
 ) -> list[dict[str, Any]]:
     """One row per length: text {length, protocol, stride, nll, ppl, tokens, windows};
-    task {length, exact_match, samples}."""
+    task {length, exact_match, samples}; image {resolution, accuracy, samples} per resolution."""
     rows: list[dict[str, Any]] = []
     for length in lengths:
         if progress is not None:
             progress.check_cancel()
-        if data.task is None:
+        if data.image is not None:
+            score = evaluate_images(model, data.image, length, samples=spec.eval.samples, device=device).to_json()
+        elif data.task is None:
             assert data.val is not None
             if len(data.val) - 1 < length:
                 raise InvalidInput(
@@ -169,20 +223,14 @@ def _evaluate(
     return rows
 
 
-def _metric_rows(method: str, seed: int, scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Long-format table rows: ppl and nll for text, exact_match for tasks."""
+def _metric_rows(method: str, seed: int, scores: list[dict[str, Any]], axis: str = "length") -> list[dict[str, Any]]:
+    """Long-format table rows: ppl and nll for text, exact_match for tasks, accuracy (by resolution) for images."""
     rows: list[dict[str, Any]] = []
     for score in scores:
-        for metric in ("ppl", "nll", "exact_match"):
+        for metric in ("ppl", "nll", "exact_match", "accuracy"):
             if metric in score:
                 rows.append(
-                    {
-                        "method": method,
-                        "seed": seed,
-                        "length": score["length"],
-                        "metric": metric,
-                        "value": score[metric],
-                    }
+                    {"method": method, "seed": seed, axis: score[axis], "metric": metric, "value": score[metric]}
                 )
     return rows
 
@@ -196,7 +244,7 @@ def _train_one(
     progress: JobProgress,
     device: str,
     label: str,
-) -> tuple[TinyTransformer, dict[str, Any]]:
+) -> tuple[Model, dict[str, Any]]:
     """Train (or resume) one (method, seed) under ``run_dir``; returns the model and its training record."""
     config = _model_config(spec, ref, len(data.vocab))
     outcome = train(
@@ -261,7 +309,7 @@ def _run_train(spec: JobSpec, job_dir: Path, data: PreparedData, progress: JobPr
             "data": spec.data.model_dump(),
             "train": spec.train.model_dump(),
         }
-        save_model(model, metadata, job_dir, stem)
+        save_model(model, metadata, job_dir, stem)  # type: ignore[arg-type]  # a ViT saves the same way
         curves[str(seed)] = record.pop("losses")
         runs.append({**record, "validation": score, "model": f"{stem}.safetensors"})
     write_json_atomic(job_dir / "loss_curve.json", {"method": ref.method, "losses_by_seed": curves})
@@ -275,7 +323,8 @@ def _run_train(spec: JobSpec, job_dir: Path, data: PreparedData, progress: JobPr
         "val_nll": validation.get("nll"),
         "val_ppl": validation.get("ppl"),
         "val_exact_match": validation.get("exact_match"),
-        "val_length": in_distribution_length(spec),
+        "val_accuracy": validation.get("accuracy"),
+        f"val_{_axis(spec)}": in_distribution_length(spec),
         "tokens_per_s": first["tokens_per_s"],
         "parameters": first["parameters"],
         "loss_curve": subsample_curve(curves[str(spec.seeds[0])]),
@@ -298,6 +347,12 @@ def _extrapolate_checkpoint(
     source = artifact_root / spec.checkpoint
     if not (source / "model.json").is_file():
         raise InvalidInput((*SPEC, "checkpoint"), f"job {spec.checkpoint!r} has no trained model")
+    if read_json(source / "model.json").get("data", {}).get("task") in IMAGE_TASKS:
+        raise InvalidInput(
+            (*SPEC, "checkpoint"),
+            f"job {spec.checkpoint!r} trained a ViT; extrapolate from a checkpoint evaluates text models only "
+            "(run a benchmark or an extrapolate job without a checkpoint)",
+        )
     model, metadata = load_model(source, device=device)
     if metadata["method"] != spec.methods[0].method:
         raise InvalidInput(
@@ -326,10 +381,10 @@ def _extrapolate_result(
     checkpoint: str | None,
 ) -> dict[str, Any]:
     reference_length = in_distribution_length(spec)
-    metric = "exact_match" if spec.data.task is not None else "ppl"
+    metric, axis = _metric(spec), _axis(spec)
     rows: list[dict[str, Any]] = []
     for seed, scores in rows_by_seed.items():
-        reference = next((s[metric] for s in scores if s["length"] == reference_length), scores[0][metric])
+        reference = next((s[metric] for s in scores if s[axis] == reference_length), scores[0][metric])
         for score in scores:
             ratio = score[metric] / reference if reference and score[metric] is not None else None
             rows.append({"seed": seed, **score, "ratio": ratio})
@@ -338,9 +393,9 @@ def _extrapolate_result(
         "method": method,
         "params": params,
         "checkpoint": checkpoint,
-        "protocol": spec.eval.protocol if spec.data.task is None else "greedy_exact_match",
-        "train_length": spec.train.length,
-        "in_distribution_length": reference_length,
+        "protocol": _protocol(spec),
+        f"train_{axis}": reference_length if spec.data.image_task is not None else spec.train.length,
+        f"in_distribution_{axis}": reference_length,
         "metric": metric,
         "rows": rows,
     }
@@ -374,21 +429,26 @@ def _run_benchmark(
     spec: JobSpec, job_dir: Path, data: PreparedData, progress: JobProgress, device: str
 ) -> dict[str, Any]:
     lengths = eval_lengths(spec)
+    metric, axis = _metric(spec), _axis(spec)
     table: list[dict[str, Any]] = []
     for label, seed, rows in _run_methods(spec, job_dir, data, progress, device, lengths):
-        table.extend(_metric_rows(label, seed, rows))
+        table.extend(_metric_rows(label, seed, rows, axis))
     reference_length = in_distribution_length(spec)
-    summary = summarize([row for row in table if row["value"] is not None], reference_length)
-    metric = "exact_match" if spec.data.task is not None else "ppl"
+    summary = summarize([row for row in table if row["value"] is not None], reference_length, axis)
     source = spec.data.task or spec.data.corpus
-    title = f"{source}: {metric} vs length ({spec.eval.protocol if spec.data.task is None else 'greedy'})"
-    artifacts = write_benchmark_artifacts(job_dir, table, summary, metric, reference_length, title)
+    chance = None
+    if data.image is not None:
+        chance = 1 / len(data.vocab)
+        title = f"{source}: {metric} vs resolution (ViT, patch {image_patch(spec)}, trained at {reference_length} px)"
+    else:
+        title = f"{source}: {metric} vs length ({spec.eval.protocol if spec.data.task is None else 'greedy'})"
+    artifacts = write_benchmark_artifacts(job_dir, table, summary, metric, reference_length, title, axis, chance)
     return {
         "kind": "benchmark",
-        "protocol": spec.eval.protocol if spec.data.task is None else "greedy_exact_match",
-        "train_length": spec.train.length,
-        "in_distribution_length": reference_length,
-        "lengths": lengths,
+        "protocol": _protocol(spec),
+        f"train_{axis}": reference_length if data.image is not None else spec.train.length,
+        f"in_distribution_{axis}": reference_length,
+        f"{axis}s": lengths,
         "table": table,
         "summary": summary,
         "artifacts": artifacts,

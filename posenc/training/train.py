@@ -1,6 +1,7 @@
 """The training loop: AdamW, linear warmup then cosine decay to 10%, gradient clipping at 1.0.
 
-Deterministic from the seed: the weights come from ``TinyTransformer(config, seed)`` and every batch from
+Deterministic from the seed: the weights come from ``build_model(config, seed)`` (the text transformer, or the
+ViT for a ``ViTConfig``) and every batch from
 one ``torch.Generator`` seeded from the same seed. Every ``checkpoint_every`` steps (and at the end) the whole
 state (model, optimizer, scheduler, step, RNG states, loss history) is written atomically to
 ``checkpoint_dir/train_state.pt``; a run restarted with the same directory continues from there and, on the
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from posenc.schemas.jobs import TrainSpec
 from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
 from posenc.training.model import ModelConfig, TinyTransformer
+from posenc.training.vit import VisionTransformer, ViTConfig
 
 CHECKPOINT_NAME = "train_state.pt"
 FINAL_LR_FRACTION = 0.1
@@ -34,11 +36,24 @@ DATA_SEED_OFFSET = 0x5EED  # the batch stream is seeded apart from the weight dr
 
 @dataclass(frozen=True)
 class Batch:
-    """Inputs and targets (B, T) int64; ``loss_mask`` (B, T) bool limits the loss (synthetic tasks)."""
+    """Inputs and targets (B, T) int64; ``loss_mask`` (B, T) bool limits the loss (synthetic tasks). Images:
+    inputs (B, 3, S, S) float32, targets (B,) class ids, ``tokens`` the patches the ViT reads."""
 
     inputs: torch.Tensor
     targets: torch.Tensor
     loss_mask: torch.Tensor | None = None
+    tokens: int | None = None  # tokens the model reads (default: inputs.numel(), one per id)
+
+
+AnyConfig = ModelConfig | ViTConfig
+Model = TinyTransformer | VisionTransformer
+
+
+def build_model(config: AnyConfig, seed: int = 0) -> Model:
+    """The model a config describes, its weights drawn from ``seed``."""
+    if isinstance(config, ViTConfig):
+        return VisionTransformer(config, seed)
+    return TinyTransformer(config, seed)
 
 
 BatchSource = Callable[[torch.Generator], Batch]  # draws the next batch from the run's generator
@@ -55,7 +70,7 @@ class ProgressScope:
 
 @dataclass
 class TrainOutcome:
-    model: TinyTransformer
+    model: Model
     losses: list[float]  # one per step, from step 1 (including steps done before a resume)
     steps_run: int  # steps executed by this call (0 when the final checkpoint already existed)
     seconds: float  # wall time of those steps
@@ -83,7 +98,8 @@ def make_optimizer(model: torch.nn.Module, spec: TrainSpec) -> torch.optim.AdamW
 
 
 def sequence_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Mean next-token cross-entropy (nats) over all tokens, or over ``loss_mask`` when given."""
+    """Mean next-token cross-entropy (nats) over all tokens, or over ``loss_mask`` when given; for images,
+    logits (B, classes) against targets (B,)."""
     vocab = logits.shape[-1]
     flat_logits = logits.reshape(-1, vocab)  # (B·T, V)
     flat_targets = batch.targets.reshape(-1)  # (B·T,)
@@ -102,13 +118,13 @@ def atomic_torch_save(state: dict[str, Any], path: Path) -> None:
     os.replace(temporary, path)
 
 
-def _fingerprint(config: ModelConfig, seed: int, spec: TrainSpec) -> dict[str, Any]:
+def _fingerprint(config: AnyConfig, seed: int, spec: TrainSpec) -> dict[str, Any]:
     """What a checkpoint must match to be resumed (a different run's state is never picked up)."""
     return {"config": config.to_json(), "seed": seed, "train": spec.model_dump()}
 
 
 def train(
-    config: ModelConfig,
+    config: AnyConfig,
     seed: int,
     spec: TrainSpec,
     batches: BatchSource,
@@ -119,7 +135,7 @@ def train(
     threads: int | None = None,
     scope: ProgressScope | None = None,
 ) -> TrainOutcome:
-    """Train ``TinyTransformer(config, seed)`` for ``spec.steps`` steps, resuming from ``checkpoint_dir``."""
+    """Train ``build_model(config, seed)`` for ``spec.steps`` steps, resuming from ``checkpoint_dir``."""
     if threads is not None:
         torch.set_num_threads(threads)
     hooks = hooks if hooks is not None else NoHooks()
@@ -127,7 +143,7 @@ def train(
     total = scope.total if scope.total is not None else spec.steps
     target = torch.device(device)
 
-    model = TinyTransformer(config, seed).to(target)
+    model = build_model(config, seed).to(target)
     optimizer = make_optimizer(model, spec)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, spec.warmup_steps, spec.steps)
@@ -177,6 +193,7 @@ def train(
             inputs=batch.inputs.to(target),
             targets=batch.targets.to(target),
             loss_mask=None if batch.loss_mask is None else batch.loss_mask.to(target),
+            tokens=batch.tokens,
         )
         loss = sequence_loss(model(batch.inputs), batch)
         optimizer.zero_grad(set_to_none=True)
@@ -185,7 +202,7 @@ def train(
         optimizer.step()
         scheduler.step()
         losses.append(float(loss.item()))
-        tokens += batch.inputs.numel()
+        tokens += batch.tokens if batch.tokens is not None else batch.inputs.numel()
         done = step + 1
         if done % spec.checkpoint_every == 0 or done == spec.steps:
             save(done)

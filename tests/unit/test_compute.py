@@ -175,10 +175,12 @@ def test_job_create_pairs_each_kind_with_its_spec() -> None:
 def test_the_request_is_validated_by_the_model_of_its_route() -> None:
     with pytest.raises(ValidationError) as missing:
         JobCreate.model_validate({"kind": "compute", "spec": {"route": "bias", "request": {"method": "alibi"}}})
-    assert {error["loc"] for error in missing.value.errors()} == {
-        ("spec", "request", "num_heads"),
-        ("spec", "request", "query_length"),
-    }
+    assert {error["loc"] for error in missing.value.errors()} == {("spec", "request", "num_heads")}
+    with pytest.raises(ValidationError, match="give exactly one of 'query_length' \\(1D\\), 'grid'") as no_layout:
+        JobCreate.model_validate(
+            {"kind": "compute", "spec": {"route": "bias", "request": {"method": "alibi", "num_heads": 2}}}
+        )
+    assert {error["loc"] for error in no_layout.value.errors()} == {("spec", "request")}
     with pytest.raises(ValidationError) as wrong_route:
         job_spec("encodings", REQUESTS["bias"])
     assert ("request", "num_heads") in {error["loc"] for error in wrong_route.value.errors()}

@@ -33,7 +33,7 @@ from posenc_client._exceptions import (
     ServiceUnavailableError,
     ValidationError,
 )
-from posenc_client._models import Artifact, ComputeJobSpec, Job, JobProgress, JobSpec, MethodInfo
+from posenc_client._models import Artifact, ComputeJobSpec, GraphIn, Job, JobProgress, JobSpec, MethodInfo
 from posenc_client._results import AttentionResult, BiasResult, EncodingResult, RotaryResult, TensorResult
 from posenc_client._retry import RetryEvent, RetryPolicy
 from posenc_client._tensors import BFloat16BitsWarning, bfloat16_bits_to_float32
@@ -56,6 +56,7 @@ __all__ = [
     "ConflictError",
     "EncodingResult",
     "FieldError",
+    "GraphIn",
     "Job",
     "JobCancelledError",
     "JobError",

@@ -34,14 +34,22 @@ class AttentionRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    causal: Annotated[bool, Field(title="Causal")] = True
+    causal: Annotated[bool | None, Field(title="Causal")] = None
     """
-    mask keys after the query (j > i + query_offset)
+    mask keys after the query (j > i + query_offset, in token order); default true, false when grid, positions or graph is given
     """
     dtype: Annotated[
         Literal["float32", "float64", "bfloat16", "float16"] | None,
         Field(title="Dtype"),
     ] = None
+    graph: GraphIn | None = None
+    """
+    graph methods: the keys are its nodes (positions = ids)
+    """
+    grid: Annotated[Grid | None, Field(title="Grid")] = None
+    """
+    2D/3D methods: the keys are prefix_tokens tokens, then this grid's in C order
+    """
     k: Annotated[TensorData | RandomTensor, Field(title="K")]
     key_padding_mask: Annotated[
         TensorData | RandomTensor | list[list[bool]] | None,
@@ -58,6 +66,17 @@ class AttentionRequest(BaseModel):
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     """
     method parameters; validated against the method's params_schema
+    """
+    positions: Annotated[
+        TensorData | RandomTensor | list[Position] | list[list[Position]] | None,
+        Field(title="Positions"),
+    ] = None
+    """
+    int positions of the keys: (N,) for 1D methods, (N, A) coordinates for 2D/3D methods ((row, col) or (frame, row, col)); negative rows are prefix tokens (prefix p at -(p + 1)); the queries are the last Nq keys
+    """
+    prefix_tokens: Annotated[int, Field(ge=0, le=1048576, title="Prefix Tokens")] = 0
+    """
+    tokens before the grid's (CLS, registers, a graph's virtual token): not rotated, biased or encoded the way grid tokens are (identity rotation; the method's own prefix entries or 0)
     """
     q: Annotated[TensorData | RandomTensor, Field(title="Q")]
     query_offset: Annotated[QueryOffset | None, Field(title="Query Offset")] = None
@@ -94,14 +113,22 @@ class BiasRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    causal: Annotated[bool, Field(title="Causal")] = True
+    causal: Annotated[bool | None, Field(title="Causal")] = None
     """
-    mask keys after the query (j > i + query_offset) with -inf (and use the method's causal form)
+    mask keys after the query (j > i + query_offset) with -inf (and use the method's causal form); default true for 1D sequences, false for a grid or a graph (token order is no direction there)
     """
     dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
     form: Annotated[Literal["dense", "toeplitz"], Field(title="Form")] = "dense"
     """
     toeplitz: (H, Nq + Nk - 1) with B[h, i, j] = table[h, i - j + Nk - 1] (i, j row and column indices; the positions differ by i + query_offset - j)
+    """
+    graph: GraphIn | None = None
+    """
+    graph methods: the tokens are its nodes
+    """
+    grid: Annotated[Grid1 | None, Field(title="Grid")] = None
+    """
+    2D/3D methods: the grid of the tokens (self-attention)
     """
     key_length: Annotated[KeyLength | None, Field(title="Key Length")] = None
     """
@@ -116,7 +143,14 @@ class BiasRequest(BaseModel):
     """
     method parameters; validated against the method's params_schema
     """
-    query_length: Annotated[int, Field(ge=1, le=1048576, title="Query Length")]
+    prefix_tokens: Annotated[int, Field(ge=0, le=1048576, title="Prefix Tokens")] = 0
+    """
+    tokens before the grid's (CLS, registers, a graph's virtual token): not rotated, biased or encoded the way grid tokens are (identity rotation; the method's own prefix entries or 0)
+    """
+    query_length: Annotated[QueryLength | None, Field(title="Query Length")] = None
+    """
+    required for 1D methods; with a grid or a graph it is their token count
+    """
     query_offset: Annotated[QueryOffset | None, Field(title="Query Offset")] = None
     """
     position of the first query among the keys: query i sits at position i + query_offset, key j at j. Default: key_length - query_length when there are more keys than queries (the queries are the last tokens, as in KV-cache decoding, FlashAttention >= 2.1 and Hugging Face's cache_position), else 0
@@ -154,7 +188,7 @@ class Corpus(RootModel[str]):
 
 class DataSpec(BaseModel):
     """
-    A character-level corpus or a synthetic task.
+    A character-level corpus, a synthetic sequence task, or an image task (trained on a ViT).
     """
 
     model_config = ConfigDict(
@@ -164,11 +198,36 @@ class DataSpec(BaseModel):
     """
     'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
     """
+    image_size: Annotated[ImageSize | None, Field(title="Image Size")] = None
+    """
+    image tasks: training resolution in pixels (default 32)
+    """
+    patch_size: Annotated[PatchSize | None, Field(title="Patch Size")] = None
+    """
+    image tasks: side of a square patch in pixels (default 4)
+    """
     task: Annotated[
-        Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"] | None,
+        Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
+        | Literal["shapes", "quadrant", "above_left", "same_diagonal"]
+        | None,
         Field(title="Task"),
     ] = None
+    """
+    a synthetic sequence task, or an image task (procedural images, any resolution): 'shapes' (10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal)
+    """
     val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
+
+
+class EdgeFeature(RootModel[int]):
+    root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
+class EdgeItem(RootModel[int]):
+    root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
+class Edge(RootModel[tuple[EdgeItem, EdgeItem]]):
+    root: Annotated[tuple[EdgeItem, EdgeItem], Field(max_length=2, min_length=2)]
 
 
 class EncodingRequest(BaseModel):
@@ -181,7 +240,11 @@ class EncodingRequest(BaseModel):
     )
     dim: Annotated[int, Field(ge=1, le=65536, title="Dim")]
     dtype: Annotated[Literal["float32", "float64", "bfloat16", "float16"], Field(title="Dtype")] = "float32"
-    grid: Annotated[Grid | None, Field(title="Grid")] = None
+    graph: GraphIn | None = None
+    """
+    graph methods: encode its nodes (N = num_nodes)
+    """
+    grid: Annotated[Grid2 | None, Field(title="Grid")] = None
     """
     (H, W) or (T, H, W) for 2D/3D methods
     """
@@ -193,6 +256,10 @@ class EncodingRequest(BaseModel):
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     """
     method parameters; validated against the method's params_schema
+    """
+    prefix_tokens: Annotated[int, Field(ge=0, le=1048576, title="Prefix Tokens")] = 0
+    """
+    also return 'prefix' (P, dim): the prefix tokens' rows
     """
 
 
@@ -209,9 +276,13 @@ class EvalSpec(BaseModel):
     scored tokens per length (text)
     """
     protocol: Annotated[Literal["nonoverlapping", "sliding"], Field(title="Protocol")] = "nonoverlapping"
+    resolutions: Annotated[list[Resolution] | None, Field(title="Resolutions")] = None
+    """
+    image tasks: evaluation resolutions in pixels, multiples of data.patch_size; default [S/2, 3S/4, S, 3S/2, 2S] with S = data.image_size (those that are multiples of the patch)
+    """
     samples: Annotated[int, Field(ge=1, le=9223372036854776000, title="Samples")] = 100
     """
-    sequences per length (synthetic tasks)
+    sequences per length (synthetic tasks), images per resolution
     """
     stride: Annotated[Stride | None, Field(title="Stride")] = None
     """
@@ -232,14 +303,77 @@ class FieldError(BaseModel):
     type: Annotated[str, Field(title="Type")]
 
 
+class GraphIn(BaseModel):
+    """
+    A graph for graph methods (Graphormer, Laplacian PE): nodes 0 … num_nodes − 1.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    directed: Annotated[bool, Field(title="Directed")] = False
+    """
+    false: every edge is traversed both ways
+    """
+    edge_features: Annotated[list[EdgeFeature] | list[list[EdgeFeature]] | None, Field(title="Edge Features")] = None
+    """
+    one categorical id (or a list of ids) per edge, in the order of edges
+    """
+    edges: Annotated[list[Edge] | None, Field(max_length=1000000, title="Edges")] = None
+    """
+    (u, v) node id pairs
+    """
+    num_nodes: Annotated[int, Field(ge=1, le=4096, title="Num Nodes")]
+
+
+class Grid1Item(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=65536)]
+
+
+class Grid1(RootModel[list[Grid1Item]]):
+    root: Annotated[list[Grid1Item], Field(max_length=3, min_length=2, title="Grid")]
+    """
+    (rows, cols) for 2D methods, (frames, rows, cols) for 3D
+    """
+
+
+class Grid2Item(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=65536)]
+
+
+class Grid2(RootModel[list[Grid2Item]]):
+    root: Annotated[list[Grid2Item], Field(max_length=3, min_length=1, title="Grid")]
+    """
+    (H, W) or (T, H, W) for 2D/3D methods
+    """
+
+
+class Grid3Item(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=65536)]
+
+
+class Grid3(RootModel[list[Grid3Item]]):
+    root: Annotated[list[Grid3Item], Field(max_length=3, min_length=2, title="Grid")]
+    """
+    (rows, cols) for 2D methods, (frames, rows, cols) for 3D
+    """
+
+
 class GridItem(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=65536)]
 
 
 class Grid(RootModel[list[GridItem]]):
-    root: Annotated[list[GridItem], Field(max_length=3, min_length=1, title="Grid")]
+    root: Annotated[list[GridItem], Field(max_length=3, min_length=2, title="Grid")]
     """
-    (H, W) or (T, H, W) for 2D/3D methods
+    (rows, cols) for 2D methods, (frames, rows, cols) for 3D
+    """
+
+
+class ImageSize(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1024, title="Image Size")]
+    """
+    image tasks: training resolution in pixels (default 32)
     """
 
 
@@ -337,7 +471,7 @@ class MethodInfo(BaseModel):
     )
     axes: Annotated[int, Field(title="Axes")] = 1
     """
-    coordinates per position: 1 for sequences, 2 for images, 3 for video
+    coordinates per position: 1 for sequences, 2 for images, 3 for video, 0 for graph nodes
     """
     causal_only: Annotated[bool, Field(title="Causal Only")] = False
     """
@@ -413,6 +547,10 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    cls_token: Annotated[bool, Field(title="Cls Token")] = True
+    """
+    image tasks: classify from a CLS token (else mean-pool)
+    """
     dim: Annotated[int, Field(ge=8, le=8192, title="Dim")] = 128
     ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
     heads: Annotated[int, Field(ge=1, le=256, title="Heads")] = 4
@@ -420,6 +558,13 @@ class ModelSpec(BaseModel):
     pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
     """
     rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or interleaved (GPT-J/Meta)
+    """
+
+
+class PatchSize(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=256, title="Patch Size")]
+    """
+    image tasks: side of a square patch in pixels (default 4)
     """
 
 
@@ -457,6 +602,13 @@ class Problem(BaseModel):
     """
 
 
+class QueryLength(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1048576, title="Query Length")]
+    """
+    required for 1D methods; with a grid or a graph it is their token count
+    """
+
+
 class QueryOffset(RootModel[int]):
     root: Annotated[int, Field(ge=0, le=1048576, title="Query Offset")]
     """
@@ -485,6 +637,10 @@ class RandomTensor(BaseModel):
     random: RandomSpec
 
 
+class Resolution(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1024)]
+
+
 class RotaryDim(RootModel[int]):
     root: Annotated[int, Field(ge=2, title="Rotary Dim")]
     """
@@ -507,6 +663,10 @@ class RotaryRequest(BaseModel):
     """
     output dtype; default the dtype of q
     """
+    grid: Annotated[Grid3 | None, Field(title="Grid")] = None
+    """
+    2D/3D methods: positions of the tokens of this grid
+    """
     k: Annotated[TensorData | RandomTensor | None, Field(title="K")] = None
     """
     omit with rotate='query'; same D as q
@@ -527,9 +687,16 @@ class RotaryRequest(BaseModel):
     """
     method parameters; validated against the method's params_schema
     """
-    positions: Annotated[TensorData | RandomTensor | list[Position] | None, Field(title="Positions")] = None
+    positions: Annotated[
+        TensorData | RandomTensor | list[Position] | list[list[Position]] | None,
+        Field(title="Positions"),
+    ] = None
     """
-    int positions (N,) (or (N, 2) for 2D methods); default arange(N) + offset
+    int positions (N,), or (N, A) coordinates for 2D/3D methods ((row, col), (frame, row, col)); negative rows are prefix tokens, left unrotated; default arange(N) + offset
+    """
+    prefix_tokens: Annotated[int, Field(ge=0, le=1048576, title="Prefix Tokens")] = 0
+    """
+    tokens before the grid's (CLS, registers, a graph's virtual token): not rotated, biased or encoded the way grid tokens are (identity rotation; the method's own prefix entries or 0)
     """
     q: Annotated[TensorData | RandomTensor, Field(title="Q")]
     return_tables: Annotated[bool, Field(title="Return Tables")] = False

@@ -95,8 +95,13 @@ class RotaryResult(TensorResult):
 class EncodingResult(TensorResult):
     @property
     def encoding(self) -> Any:
-        """(length, dim), or (*grid, dim)."""
+        """(length, dim), (*grid, dim), or (num_nodes, dim) for a graph."""
         return self.tensors["encoding"]
+
+    @property
+    def prefix(self) -> Any | None:
+        """(P, dim): the prefix tokens' rows when ``prefix_tokens`` P > 0 was asked for, else None."""
+        return self.tensors.get("prefix")
 
 
 class AttentionResult(TensorResult):

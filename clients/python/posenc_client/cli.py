@@ -44,14 +44,27 @@ def build_parser() -> argparse.ArgumentParser:
     bias = commands.add_parser("bias", help="compute a bias and write it to a .safetensors or .npy file")
     bias.add_argument("method")
     bias.add_argument("--heads", type=int, required=True, help="number of heads H")
-    bias.add_argument("--length", type=int, required=True, help="query length Nq")
+    layout = bias.add_mutually_exclusive_group(required=True)
+    layout.add_argument("--length", type=int, help="query length Nq (1D methods)")
+    layout.add_argument(
+        "--grid",
+        type=int,
+        nargs="+",
+        metavar="SIZE",
+        help="2D/3D methods: ROWS COLS or FRAMES ROWS COLS; the bias is (H, P + prod(grid), P + prod(grid))",
+    )
+    bias.add_argument(
+        "--prefix-tokens", type=int, default=0, help="with --grid: tokens before the grid's (CLS, registers)"
+    )
     bias.add_argument("--key-length", type=int, help="key length Nk (default Nq)")
     bias.add_argument(
         "--query-offset", type=int, help="position of the first query (default Nk - Nq when Nk > Nq, else 0)"
     )
     bias.add_argument("--form", choices=["dense", "toeplitz"], default="dense")
     bias.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
-    bias.add_argument("--bidirectional", action="store_true", help="the non-causal form")
+    bias.add_argument(
+        "--bidirectional", action="store_true", help="the non-causal form (the default for --grid, causal for 1D)"
+    )
     bias.add_argument("--params", type=json.loads, default=None, help="method params as a JSON object")
     bias.add_argument("-o", "--output", type=Path, required=True, help="FILE.safetensors or FILE.npy")
     bias.set_defaults(run=_bias)
@@ -132,13 +145,13 @@ def _method_row(method: MethodInfo) -> list[str]:
 
 
 def _method_notes(method: MethodInfo) -> str:
-    """per-layer, needs x, causal-only, 2d/3d: what a caller must know beyond the kind, compactly."""
+    """per-layer, needs x, causal-only, 2d/3d/graph: what a caller must know beyond the kind, compactly."""
     notes = ["per-layer"] if method.per_layer else []
     notes += [f"needs-{need}" for need in method.needs or []]
     if method.causal_only:
         notes.append("causal-only")
     if method.axes != 1:
-        notes.append(f"{method.axes}d")
+        notes.append("graph" if method.axes == 0 else f"{method.axes}d")
     return ",".join(notes)
 
 
@@ -152,9 +165,11 @@ def _bias(client: Client, args: argparse.Namespace) -> int:
         args.output,
         num_heads=args.heads,
         query_length=args.length,
+        grid=args.grid,
+        prefix_tokens=args.prefix_tokens,
         key_length=args.key_length,
         query_offset=args.query_offset,
-        causal=not args.bidirectional,
+        causal=False if args.bidirectional else None,  # None: the server's default, causal for 1D only
         dtype=args.dtype,
         form=args.form,
         params=args.params,

@@ -114,6 +114,22 @@ def check_decode_step(stdout: str, _: Path) -> None:
     assert body["meta"]["query_offset"] == 7
 
 
+def check_grid_attention(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    assert body["tensors"]["weights"]["shape"] == [1, 2, 13, 13]
+    assert body["meta"]["causal"] is False
+    assert body["meta"]["tokens"].startswith("grid [3, 4] with 1 prefix")
+
+
+def check_graph_bias(stdout: str, _: Path) -> None:
+    body = json.loads(stdout)
+    bias = body["tensors"]["bias"]
+    assert bias["shape"] == [2, 5, 5]
+    values = bias["data"]  # row-major (H, 5, 5): token 0 is the virtual graph token
+    assert values[0] == values[1] == values[5]  # its learned distance t on row 0 and column 0
+    assert values[6] == values[12]  # nodes 0 and 1 each at hop distance 0 from themselves
+
+
 CHECKS: list[Callable[[str, Path], None]] = [
     check_methods,
     check_bias,
@@ -121,10 +137,12 @@ CHECKS: list[Callable[[str, Path], None]] = [
     check_yarn_file,
     check_attention,
     check_decode_step,
+    check_grid_attention,
+    check_graph_bias,
 ]
 
 
-def test_the_readme_shows_six_curl_examples() -> None:
+def test_the_readme_shows_its_curl_examples() -> None:
     examples = readme_examples()
     assert len(examples) == len(CHECKS)
     assert all(example.startswith("curl ") and README_ADDRESS in example for example in examples)

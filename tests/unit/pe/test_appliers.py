@@ -23,6 +23,7 @@ from posenc.pe.appliers import (
     ScoreModApplier,
     build_applier,
     future_mask,
+    grid_positions,
     positions,
 )
 from posenc.schemas.methods import Kind
@@ -66,6 +67,32 @@ def test_the_fused_training_path_equals_the_materialised_attention(
     fused = applier.fast_attend(embedded_q, embedded_k, v, x=x)
     plain = Applier(spec, applier.params, applier.layer) if spec.kind is Kind.ABSOLUTE else applier
     reference = plain.attend(embedded_q, embedded_k, v, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos), x=x)
+    assert reference.output is not None
+    torch.testing.assert_close(fused, reference.output, atol=2e-5, rtol=1e-5)
+
+
+GRID_METHODS = [spec.name for spec in list_methods() if spec.axes == 2]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", [*GRID_METHODS, "rope", "alibi", "nope"])
+def test_the_positional_path_equals_the_materialised_attention_on_a_grid_with_a_cls_token(
+    name: str, causal: bool, example_params: Callable[..., dict[str, Any]]
+) -> None:
+    """layer_attend at grid positions (the ViT's call: SDPA for absolute, bias and rotary kinds) against attend
+    with the same positions, the CLS token at −1; 1D methods take raster indices."""
+    spec = get_method(name)
+    applier = build_applier(spec, spec.parse_params(example_params(name)), _layer(causal=causal, head_dim=16))
+    pos = grid_positions((3, 4), 1)  # (13, 2): CLS then a 3 x 4 grid
+    if spec.axes == 1:
+        pos = grid_positions((12,), 1)[:, 0]  # (13,): CLS at −1, then raster indices
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 13, 16, generator=generator) for _ in range(3))  # (B, H, N, d)
+    fused, state = applier.layer_attend(q, k, v, pos=pos)
+    assert state is None
+    index = positions(13, torch.device("cpu"))
+    mask = future_mask(index, index) if causal else torch.zeros(1, 1, 13, 13, dtype=torch.bool)
+    reference = applier.attend(q, k, v, q_pos=pos, k_pos=pos, mask=mask, embedded=True)
     assert reference.output is not None
     torch.testing.assert_close(fused, reference.output, atol=2e-5, rtol=1e-5)
 

@@ -10,8 +10,18 @@ from posenc.pe.registry import MethodParams, register
 from posenc.schemas.methods import Kind, MethodInfo
 
 PUBLIC_NAMES = {
-    Kind.ABSOLUTE: {"sinusoidal", "nope", "learned_absolute", "axial", "sinusoidal_2d", "sinusoidal_3d"},
-    Kind.BIAS: {"alibi", "alibi_2d", "t5", "kerple_log", "kerple_power", "sandwich", "fire"},
+    Kind.ABSOLUTE: {
+        "sinusoidal",
+        "nope",
+        "learned_absolute",
+        "axial",
+        "sinusoidal_2d",
+        "sinusoidal_3d",
+        "vit_learned",
+        "laplacian_pe",
+        "graphormer_centrality",
+    },
+    Kind.BIAS: {"alibi", "alibi_2d", "t5", "kerple_log", "kerple_power", "sandwich", "fire", "swin", "graphormer"},
     Kind.ROTARY: {
         "rope",
         "rope_linear",
@@ -22,21 +32,28 @@ PUBLIC_NAMES = {
         "rope_llama3",
         "xpos",
         "rope_2d_axial",
+        "rope_mixed",
+        "liere",
+        "comrope",
     },
     Kind.SCORE_MOD: {"shaw", "transformer_xl", "tener", "huang", "cape", "fox", "cope", "tape"},
     Kind.ATTENTION: {"stick_breaking", "da_transformer"},
 }
-LEARNED = {"learned_absolute", "axial", "t5", "kerple_log", "kerple_power", "fire"} | {
-    "shaw",
-    "transformer_xl",
-    "tener",
-    "huang",
-    "cape",
-    "fox",
-    "cope",
-    "tape",
-    "da_transformer",
-}
+LEARNED = (
+    {"learned_absolute", "axial", "t5", "kerple_log", "kerple_power", "fire"}
+    | {
+        "shaw",
+        "transformer_xl",
+        "tener",
+        "huang",
+        "cape",
+        "fox",
+        "cope",
+        "tape",
+        "da_transformer",
+    }
+    | {"vit_learned", "swin", "rope_mixed", "liere", "comrope", "graphormer", "graphormer_centrality"}
+)
 
 
 @pytest.mark.parametrize("kind", list(PUBLIC_NAMES))

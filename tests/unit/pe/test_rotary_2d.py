@@ -24,9 +24,9 @@ def rotate(x: torch.Tensor, freqs: RotaryFrequencies, positions: torch.Tensor, p
 
 
 def grid_positions(height: int, width: int) -> torch.Tensor:
-    """(x, y) = (t mod W, t div W) for patch token t: (H·W, 2) int64."""
+    """(row, col) = (y, x) = (t div W, t mod W) for patch token t: (H·W, 2) int64."""
     t = torch.arange(height * width)
-    return torch.stack((t % width, t // width), dim=-1)
+    return torch.stack((t // width, t % width), dim=-1)
 
 
 def test_t22_axial_frequencies() -> None:
@@ -36,7 +36,7 @@ def test_t22_axial_frequencies() -> None:
     torch.testing.assert_close(freqs.inv_freq[16:20], golden, rtol=0, atol=1e-10)  # y pairs: same frequencies
     assert freqs.num_axes == 2
     assert freqs.pair_axis is not None
-    assert freqs.pair_axis.tolist() == [0] * 16 + [1] * 16
+    assert freqs.pair_axis.tolist() == [1] * 16 + [0] * 16  # x = column (axis 1), then y = row (axis 0)
 
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
@@ -49,7 +49,7 @@ def test_matches_the_paper_reference(pairing: Pairing) -> None:
     quarter = dim // 4
     omega = np.array([theta ** (-4.0 * kk / dim) for kk in range(quarter)])  # (d/4,)
     pos = positions.numpy().astype(np.float64)
-    phase = np.concatenate([pos[:, :1] * omega, pos[:, 1:] * omega], axis=1)  # (N, d/2): x pairs, then y pairs
+    phase = np.concatenate([pos[:, 1:] * omega, pos[:, :1] * omega], axis=1)  # (N, d/2): x pairs, then y pairs
     xn = x.numpy()
     z = xn[:, : dim // 2] + 1j * xn[:, dim // 2 :] if pairing == "half" else xn[:, 0::2] + 1j * xn[:, 1::2]
     rotated = z * np.exp(1j * phase)  # (N, d/2)
@@ -80,9 +80,9 @@ def test_each_axis_drives_its_own_pairs() -> None:
     freqs = axial_frequencies(16)
     origin, along_x, along_y = (
         torch.tensor([[0, 0]]),
-        torch.tensor([[3, 0]]),
         torch.tensor([[0, 3]]),
-    )  # (1, 2)
+        torch.tensor([[3, 0]]),
+    )  # (1, 2) (row, col)
     cos0, _ = rotary_tables(freqs, origin, torch.float64)
     cos_x, _ = rotary_tables(freqs, along_x, torch.float64)
     cos_y, _ = rotary_tables(freqs, along_y, torch.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from posenc_client._backends import ReturnFormat
@@ -10,7 +11,7 @@ from posenc_client._results import RotaryResult
 from posenc_client._transport import HTTPRequest
 from posenc_client._uploads import TensorArg, build_body
 from posenc_client.resources._base import AsyncResource, SyncResource
-from posenc_client.resources._compute import SAFETENSORS, compute_request, params_or_empty
+from posenc_client.resources._compute import SAFETENSORS, compute_request, grid_json, params_or_empty
 
 FloatDType = Literal["float32", "float64", "bfloat16", "float16"]
 
@@ -30,10 +31,14 @@ def _rotary_request(
     dtype: FloatDType | None,
     upload: UploadMode,
     accept: str | None,
+    grid: Sequence[int] | None = None,
+    prefix_tokens: int = 0,
 ) -> HTTPRequest:
     fields = {
         "method": method,
         "params": params_or_empty(params),
+        "grid": grid_json(grid),
+        "prefix_tokens": prefix_tokens or None,
         "offset": offset,
         "pairing": pairing,
         "rotate": rotate,
@@ -59,6 +64,8 @@ class Rotary(SyncResource):
         method: str = "rope",
         params: dict[str, Any] | None = None,
         positions: Any = None,
+        grid: Sequence[int] | None = None,
+        prefix_tokens: int = 0,
         offset: int = 0,
         pairing: Literal["half", "interleaved"] = "half",
         rotate: Literal["both", "query"] = "both",
@@ -73,6 +80,16 @@ class Rotary(SyncResource):
 
         q, k and positions: torch tensors, numpy arrays, nested lists, or ``{"random": {"shape": [...],
         "seed": 0}}`` to have the server generate them. ``k`` may be omitted with ``rotate="query"``.
+
+        The tokens' positions (default arange(N) + ``offset``), at most one of:
+
+        - ``positions``: int positions (N,), or (N, A) coordinates for 2D/3D methods ((row, col) or
+          (frame, row, col)); negative rows are prefix tokens, left unrotated (prefix p at -(p + 1)). Sent like
+          q and k: inline, or as the ``positions`` tensor of a safetensors upload.
+        - ``grid``: (rows, cols) for 2D methods, (frames, rows, cols) for 3D: the tokens are ``prefix_tokens``
+          tokens, then this grid's in C order (N = prefix_tokens + prod(grid)).
+
+        ``prefix_tokens`` (with a grid): tokens before the grid's (CLS, registers), not rotated (identity).
         """
         request = _rotary_request(
             q,
@@ -80,6 +97,8 @@ class Rotary(SyncResource):
             method=method,
             params=params,
             positions=positions,
+            grid=grid,
+            prefix_tokens=prefix_tokens,
             offset=offset,
             pairing=pairing,
             rotate=rotate,
@@ -102,6 +121,8 @@ class AsyncRotary(AsyncResource):
         method: str = "rope",
         params: dict[str, Any] | None = None,
         positions: Any = None,
+        grid: Sequence[int] | None = None,
+        prefix_tokens: int = 0,
         offset: int = 0,
         pairing: Literal["half", "interleaved"] = "half",
         rotate: Literal["both", "query"] = "both",
@@ -112,12 +133,15 @@ class AsyncRotary(AsyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> RotaryResult:
+        """Like :meth:`Rotary.apply` ((N, A) positions, grid and prefix_tokens included), awaited."""
         request = _rotary_request(
             q,
             k,
             method=method,
             params=params,
             positions=positions,
+            grid=grid,
+            prefix_tokens=prefix_tokens,
             offset=offset,
             pairing=pairing,
             rotate=rotate,
