@@ -9,6 +9,8 @@
    On CUDA both directions, compiled.
 3. The applier's rotary path (``RotaryApplier.rotate``, tables from float64 angles) against a plain
    rotate_half loop with precomputed float32 tables (``q·cos + rotate_half(q)·sin``).
+4. ViT training step time of every 2D method against ``nope``: the tiny ViT of the image benchmark (4 layers,
+   d=64, 4 heads, 32 px images in 4 px patches plus CLS: 65 tokens), batch 32, interleaved rounds as in 1.
 
 From the repository root:
 
@@ -31,6 +33,7 @@ import torch
 from posenc.pe import apply_rotary, get_method, list_methods
 from posenc.pe.appliers import Applier, Layer, build_applier, future_mask, positions, rotary_applier
 from posenc.training.model import ModelConfig, TinyTransformer
+from posenc.training.vit import VisionTransformer, ViTConfig
 
 
 def _timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
@@ -82,6 +85,57 @@ def training_steps(methods: list[str], device: torch.device, steps: int, rounds:
         median = statistics.median(samples)
         kind = get_method(name).kind.value
         print(f"| `{name}` | {kind} | {median * 1000:.1f} | {median / baseline:.2f} |")
+
+
+# ---------------------------------------------------------------------------------------------- ViT steps
+# params a method needs on this ViT: swin's window is the whole 8 x 8 grid, liere's blocks fit 16-wide heads
+VIT_PARAMS: dict[str, dict[str, Any]] = {"swin": {"window": [8, 8]}, "liere": {"block_size": 4}}
+
+
+def vit_step(name: str, images: torch.Tensor, labels: torch.Tensor) -> Callable[[], None]:
+    """One AdamW step of the benchmark's tiny ViT with method ``name``, warmed up once."""
+    config = ViTConfig(
+        num_classes=4,
+        image_size=32,
+        patch_size=4,
+        layers=4,
+        dim=64,
+        heads=4,
+        method=name,
+        params=VIT_PARAMS.get(name, {}),
+    )
+    model = VisionTransformer(config, seed=0).to(images.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(loss)
+        optimizer.step()
+
+    step()
+    return step
+
+
+def vit_steps(device: torch.device, steps: int, rounds: int) -> None:
+    print(
+        f"\n## 4. ViT training step time against nope (4 layers, d=64, 4 heads, 32 px / 4 px + CLS, batch 32, {device})"
+    )
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(32, 3, 32, 32, generator=generator).to(device)  # (B, 3, S, S)
+    labels = torch.randint(0, 4, (32,), generator=generator).to(device)
+    names = ["nope", *[s.name for s in list_methods() if s.axes == 2 and s.name != "nope"]]
+    runs = {name: vit_step(name, images, labels) for name in names}
+    per_step: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            per_step[name].append(_timed(run, device, steps))
+    baseline = statistics.median(per_step["nope"])
+    print("| method | kind | ms/step | ratio to nope |")
+    print("|---|---|---|---|")
+    for name, samples in per_step.items():
+        median = statistics.median(samples)
+        print(f"| `{name}` | {get_method(name).kind.value} | {median * 1000:.1f} | {median / baseline:.2f} |")
 
 
 # -------------------------------------------------------------------------------------------- FlexAttention
@@ -233,7 +287,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per kernel measurement")
     parser.add_argument("--methods", default=None, help="comma-separated; default: every score_mod/attention one")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--skip", default="", help="comma-separated sections to skip: train,flex,rotary")
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: train,flex,rotary,vit")
     args = parser.parse_args()
     device = torch.device(args.device)
     methods = (
@@ -249,6 +303,8 @@ def main() -> None:
         flex_against_materialised(device, args.repeats)
     if "rotary" not in skip:
         rotary_paths(device, args.repeats)
+    if "vit" not in skip:
+        vit_steps(device, args.steps, args.rounds)
 
 
 if __name__ == "__main__":

@@ -59,25 +59,37 @@ class ModelConfig:
 
 # ---------------------------------------------------------------------------------------------------- PE
 class PositionalEncoding(nn.Module):
-    """One instance of a registered method: its learned parameters, and the applier built on them."""
+    """One instance of a registered method in a model: its learned parameters, and the applier built on them.
 
-    def __init__(self, config: ModelConfig, seed_offset: int = 0, *, learned: bool = True) -> None:
+    Learned methods are initialised for ``init_tokens`` tokens (on ``init_grid`` for multi-axis methods) by the
+    method's ``learned_init``; ``seed_offset`` shifts the seed of per-layer instances, so the layers do not start
+    identical. ``learned=False`` holds no weights (the shared instance of a per-layer method).
+    """
+
+    def __init__(
+        self,
+        method: str,
+        raw_params: dict[str, Any],
+        layer: Layer,
+        *,
+        init_tokens: int,
+        init_grid: tuple[int, ...] | None = None,
+        seed_offset: int = 0,
+        learned: bool = True,
+    ) -> None:
         super().__init__()
-        self.spec = get_method(config.method)
-        self.params: MethodParams = self.spec.parse_params(config.params)
-        self.layer = Layer(
-            num_heads=config.heads, head_dim=config.head_dim, causal=True, model_dim=config.dim, pairing=config.pairing
-        )
+        self.spec = get_method(method)
+        self.params: MethodParams = self.spec.parse_params(raw_params)
+        self.layer = layer
         self.learned = nn.ParameterDict()
         self._cache: dict[Any, Any] = {}
         if self.spec.learned and learned:
             if self.spec.learned_init is None:
-                raise ValueError(f"{config.method!r} is learned but has no learned_init, so it cannot be trained")
+                raise ValueError(f"{method!r} is learned but has no learned_init, so it cannot be trained")
             params = self.params
             if seed_offset and "seed" in type(params).model_fields:
-                # per-layer instances: layer l draws from seed + l, so the layers do not start identical
                 params = params.model_copy(update={"seed": int(getattr(params, "seed", 0)) + seed_offset})
-            init_context = build_applier(self.spec, params, self.layer).init_context(config.train_length)
+            init_context = build_applier(self.spec, params, layer).init_context(init_tokens, init_grid)
             for name, tensor in self.spec.learned_init(params, init_context).items():
                 self.learned[name] = nn.Parameter(torch.as_tensor(tensor, dtype=torch.float32).clone())
 
@@ -87,42 +99,80 @@ class PositionalEncoding(nn.Module):
         return build_applier(self.spec, params, self.layer, cache=self._cache)
 
 
+def attach_positional_encodings(
+    blocks: nn.ModuleList, method: str, raw_params: dict[str, Any], layer: Layer, **init: Any
+) -> PositionalEncoding:
+    """The model's shared instance of ``method``, and each block's own (``block.pe``) when the registry marks it
+    ``per_layer``; then the shared one holds no weights and only embeds and starts the position state. Call it
+    after the non-PE weights are drawn, so they do not depend on the method."""
+    per_layer = get_method(method).per_layer
+    shared = PositionalEncoding(method, raw_params, layer, learned=not per_layer, **init)
+    if per_layer:
+        for index, block in enumerate(blocks):
+            block.pe = PositionalEncoding(method, raw_params, layer, seed_offset=index, **init)
+    return shared
+
+
+def init_weights(model: nn.Module, seed: int, layers: int) -> None:
+    """N(0, 0.02) weights (residual outputs scaled by 1/√(2L), GPT-2), zero biases, unit LayerNorms, drawn in
+    module order from a generator seeded by ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    residual_std = INIT_STD / math.sqrt(2 * layers)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear | nn.Embedding | nn.Conv2d):
+                std = residual_std if name.endswith(("attn.out", "ffn_out")) else INIT_STD
+                module.weight.normal_(0.0, std, generator=generator)
+                if isinstance(module, nn.Linear | nn.Conv2d) and module.bias is not None:
+                    module.bias.zero_()
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+
+
 # ------------------------------------------------------------------------------------------------- model
-class CausalSelfAttention(nn.Module):
+class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, pe: Applier, state: Any) -> tuple[torch.Tensor, Any]:
+    def forward(
+        self, x: torch.Tensor, pe: Applier, state: Any, pos: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, Any]:
         batch, length, dim = x.shape
         qkv = self.qkv(x).view(batch, length, 3, self.heads, dim // self.heads)  # (B, T, 3, H, d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, d_head)
-        attended, state = pe.layer_attend(q, k, v, x=x, state=state)  # (B, H, T, d_head); x feeds gates
+        attended, state = pe.layer_attend(q, k, v, x=x, state=state, pos=pos)  # (B, H, T, d_head); x feeds gates
         merged = attended.transpose(1, 2).reshape(batch, length, dim)  # (B, T, H·d_head)
         out: torch.Tensor = self.out(merged)
         return out, state
 
 
 class Block(nn.Module):
-    """Pre-LN block: x + Attn(LN(x)), then x + FFN(LN(x)) with a GELU FFN of width ffn_mult·d."""
+    """Pre-LN block: x + Attn(LN(x)), then x + FFN(LN(x)) with a GELU FFN of width ffn_mult·d; causal or not as
+    the applier's layer is, at positions ``pos`` (default arange(T))."""
 
     def __init__(self, dim: int, heads: int, ffn_mult: int) -> None:
         super().__init__()
         self.attn_norm = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
+        self.attn = SelfAttention(dim, heads)
         self.ffn_norm = nn.LayerNorm(dim)
         self.ffn_in = nn.Linear(dim, ffn_mult * dim)
         self.ffn_out = nn.Linear(ffn_mult * dim, dim)
         self.pe: PositionalEncoding | None = None  # this layer's own instance, for per-layer methods
 
-    def forward(self, x: torch.Tensor, pe: Applier, state: Any) -> tuple[torch.Tensor, Any]:
-        """The block's output, and the position state of a model-coupled method (None for the others)."""
-        attended, state = self.attn(self.attn_norm(x), pe, state)
+    def forward(
+        self, x: torch.Tensor, pe: Applier, state: Any, pos: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, Any]:
+        """The block's output, and the position state of a model-coupled method (None for the others). ``pe``
+        is the model's shared applier; a block with its own instance (``per_layer``) uses that instead."""
+        own = self.pe.applier() if self.pe is not None else pe  # per-layer methods: this layer's weights
+        attended, state = self.attn(self.attn_norm(x), own, state, pos)
         x = x + attended
         ffn_input = self.ffn_norm(x)
-        state = pe.update_state(ffn_input, state)  # TAPE: the state's own feed-forward update
+        state = own.update_state(ffn_input, state)  # TAPE: the state's own feed-forward update
         out: torch.Tensor = x + self.ffn_out(F.gelu(self.ffn_in(ffn_input)))
         return out, state
 
@@ -137,30 +187,13 @@ class TinyTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config.dim, config.heads, config.ffn_mult) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
-        self._init_weights(seed)
-        # after the draw: non-PE weights do not depend on the method
-        per_layer = get_method(config.method).per_layer
-        # shared by every layer (and the embedding) unless the paper keeps one per layer: then the shared one
-        # holds no weights and only embeds and starts the position state
-        self.pe = PositionalEncoding(config, learned=not per_layer)
-        if per_layer:
-            for index, block in enumerate(self.blocks):
-                block.pe = PositionalEncoding(config, seed_offset=index)
-
-    def _init_weights(self, seed: int) -> None:
-        """N(0, 0.02) weights (residual outputs scaled by 1/√(2L), GPT-2), zero biases, unit LayerNorms."""
-        generator = torch.Generator().manual_seed(seed)
-        residual_std = INIT_STD / math.sqrt(2 * self.config.layers)
-        with torch.no_grad():
-            for name, module in self.named_modules():
-                if isinstance(module, nn.Linear | nn.Embedding):
-                    std = residual_std if name.endswith(("attn.out", "ffn_out")) else INIT_STD
-                    module.weight.normal_(0.0, std, generator=generator)
-                    if isinstance(module, nn.Linear) and module.bias is not None:
-                        module.bias.zero_()
-                elif isinstance(module, nn.LayerNorm):
-                    module.weight.fill_(1.0)
-                    module.bias.zero_()
+        init_weights(self, seed, config.layers)
+        layer = Layer(
+            num_heads=config.heads, head_dim=config.head_dim, causal=True, model_dim=config.dim, pairing=config.pairing
+        )
+        self.pe = attach_positional_encodings(
+            self.blocks, config.method, config.params, layer, init_tokens=config.train_length
+        )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         length = ids.shape[1]
@@ -168,8 +201,7 @@ class TinyTransformer(nn.Module):
         x = shared.embed(self.token_embedding(ids), positions(length, ids.device), length)  # (B, T, D)
         state = shared.initial_state(ids.shape[0], length, ids.device)
         for block in self.blocks:
-            assert isinstance(block, Block)
-            x, state = block(x, block.pe.applier() if block.pe is not None else shared, state)
+            x, state = block(x, shared, state)
         logits: torch.Tensor = self.head(self.final_norm(x))  # (B, T, V)
         return logits
 

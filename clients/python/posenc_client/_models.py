@@ -549,7 +549,7 @@ class ModelSpec(BaseModel):
     )
     cls_token: Annotated[bool, Field(title="Cls Token")] = True
     """
-    image tasks: classify from a CLS token (else mean-pool)
+    image tasks: classify from a CLS token (else mean-pool); text models ignore it
     """
     dim: Annotated[int, Field(ge=8, le=8192, title="Dim")] = 128
     ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
