@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from posenc.errors import InvalidInput
 from posenc.jobspec import eval_lengths, job_cost, patch_positions, validate_spec
-from posenc.pe import list_methods
 from posenc.schemas.jobs import ImageTask, JobCreate, JobSpec, TrainSpec
 from posenc.training.evaluate import evaluate_images
 from posenc.training.hooks import NoHooks
@@ -26,12 +25,6 @@ from posenc.training.vit import VisionTransformer, ViTConfig, token_positions
 
 TASKS: tuple[ImageTask, ...] = get_args(ImageTask)
 METHODS = ("nope", "sinusoidal_2d", "rope_2d_axial", "alibi_2d", "vit_learned", "rope_mixed")
-
-
-def registered(method: str) -> str:
-    if method not in {spec.name for spec in list_methods()}:
-        pytest.skip(f"{method} is not registered yet")
-    return method
 
 
 def config(method: str, **overrides: Any) -> ViTConfig:
@@ -153,7 +146,7 @@ def test_token_positions_put_the_cls_token_first_at_minus_one() -> None:
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("cls_token", [True, False])
 def test_the_vit_runs_at_several_resolutions(method: str, cls_token: bool) -> None:
-    model = VisionTransformer(config(registered(method), cls_token=cls_token), seed=0)
+    model = VisionTransformer(config(method, cls_token=cls_token), seed=0)
     for size in (8, 16, 24):
         images, _ = image_batch("quadrant", 3, size, torch.Generator().manual_seed(0))
         logits = model(images)
@@ -178,7 +171,7 @@ def test_non_pe_weights_are_the_same_for_every_method() -> None:
     reference = _non_pe_weights(VisionTransformer(config("nope"), seed=5))
     assert any(name.startswith("patch_embedding") for name in reference)
     for method in METHODS[1:]:
-        weights = _non_pe_weights(VisionTransformer(config(registered(method)), seed=5))
+        weights = _non_pe_weights(VisionTransformer(config(method), seed=5))
         assert weights.keys() == reference.keys()
         assert all(torch.equal(weights[name], reference[name]) for name in reference), method
     other_seed = _non_pe_weights(VisionTransformer(config("nope"), seed=6))
@@ -186,7 +179,7 @@ def test_non_pe_weights_are_the_same_for_every_method() -> None:
 
 
 def test_per_layer_methods_get_one_instance_per_layer() -> None:
-    model = VisionTransformer(config(registered("rope_mixed")), seed=0)
+    model = VisionTransformer(config("rope_mixed"), seed=0)
     tables = [p for name, p in model.named_parameters() if name.startswith("blocks.") and ".pe.learned." in name]
     assert len(tables) == 2
     assert not torch.equal(tables[0], tables[1])
@@ -262,8 +255,7 @@ def test_text_specs_refuse_the_image_fields() -> None:
 
 
 def test_image_specs_accept_the_vision_methods_and_1d_ones() -> None:
-    methods = [registered(m) for m in METHODS if m in {spec.name for spec in list_methods()}]
-    validate_spec("benchmark", image_spec([*methods, "rope", "alibi"]))
+    validate_spec("benchmark", image_spec([*METHODS, "rope", "alibi"]))
     validate_spec(
         "train", image_spec(["rope_2d_axial"], model={"layers": 1, "dim": 16, "heads": 2, "cls_token": False})
     )
