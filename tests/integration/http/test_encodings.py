@@ -27,7 +27,8 @@ def grid_for(spec: MethodSpec) -> tuple[int, ...]:
     raise AssertionError(f"{spec.name} accepts none of the test grids")
 
 
-@pytest.mark.parametrize("spec", list_methods(Kind.ABSOLUTE), ids=lambda spec: spec.name)
+# graph methods (axes 0) encode a graph's nodes: tested in test_grids_and_graphs.py
+@pytest.mark.parametrize("spec", [s for s in list_methods(Kind.ABSOLUTE) if s.axes], ids=lambda spec: spec.name)
 def test_every_absolute_method_matches_the_library(client: TestClient, wire: Any, spec: MethodSpec) -> None:
     grid = grid_for(spec)
     shape_field = {"length": grid[0]} if len(grid) == 1 else {"grid": list(grid)}

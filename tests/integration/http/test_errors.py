@@ -100,7 +100,10 @@ def test_body_over_the_cap(make_client: Any, wire: Any) -> None:
 def test_missing_field_is_a_fastapi_validation_error(client: TestClient, wire: Any) -> None:
     problem = wire.problem(client.post("/v1/bias", json={"method": "alibi"}), 422)
     assert ["body", "num_heads"] in wire.locs(problem)
-    assert ["body", "query_length"] in wire.locs(problem)
+    # with num_heads, the missing layout (query_length, grid or graph) is named at the body
+    problem = wire.problem(client.post("/v1/bias", json={"method": "alibi", "num_heads": 2}), 422)
+    assert wire.locs(problem) == [["body"]]
+    assert "give exactly one of 'query_length' (1D), 'grid' (2D/3D) or 'graph'" in problem["detail"]
 
 
 def test_bad_json_body_is_400(client: TestClient, wire: Any) -> None:

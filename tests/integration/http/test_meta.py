@@ -33,16 +33,28 @@ def test_octet_stream_meta_header_is_the_same_object(client: TestClient) -> None
 LEARNED = [spec for spec in list_methods() if spec.learned]
 
 
+# four tokens, laid out the way each method's positions are: a sequence, a 2 x 2 grid, a 4-node path
+LAYOUTS: dict[int, dict[str, Any]] = {
+    1: {"query_length": 4},
+    2: {"grid": [2, 2]},
+    0: {"graph": {"num_nodes": 4, "edges": [[0, 1], [1, 2], [2, 3]]}},
+}
+
+
 @pytest.mark.parametrize("spec", LEARNED, ids=lambda spec: spec.name)
-def test_learned_methods_say_they_were_seeded(client: TestClient, spec: Any) -> None:
+def test_learned_methods_say_they_were_seeded(client: TestClient, spec: Any, example_params: Any) -> None:
+    layout = LAYOUTS[spec.axes]
+    params = example_params(spec.name)
     if spec.kind.value == "bias":
-        response = client.post("/v1/bias", json={"method": spec.name, "num_heads": 2, "query_length": 4})
+        response = client.post("/v1/bias", json={"method": spec.name, "num_heads": 2, "params": params} | layout)
     elif spec.kind.value == "absolute":
-        response = client.post("/v1/encodings", json={"method": spec.name, "length": 4, "dim": 8})
+        size = {"length": 4} if spec.axes == 1 else layout
+        response = client.post("/v1/encodings", json={"method": spec.name, "dim": 8, "params": params} | size)
     else:
         tensor = {"random": {"shape": [1, 2, 4, 8]}}
         request = {"method": spec.name, "q": tensor, "k": tensor, "x": {"random": {"shape": [1, 4, 16]}}}
-        response = client.post("/v1/attention", json=request)
+        placed = {} if spec.axes == 1 else layout
+        response = client.post("/v1/attention", json=request | {"params": params} | placed)
     assert response.status_code == 200, response.text
     meta = response.json()["meta"]
     assert meta["parameters"] == "seeded"

@@ -20,14 +20,15 @@ def test_a_body_that_is_not_json_is_a_400(client: TestClient, wire: Any, path: s
 
 
 def test_field_errors_carry_no_pydantic_union_labels(client: TestClient, wire: Any) -> None:
-    """q is a union of an inline tensor and a random one; positions of a tensor or a list. The locs must be
+    """q is a union of an inline tensor and a random one; positions of a tensor, a list or a list of rows (its
+    entries 0 and 1 are wrong for one or the other). The locs must be
     paths a user can find in their own request, never 'function-after[...]', 'RandomTensor' or 'list[int]'."""
     request = {"method": "rope", "q": {"shape": [1, 1, 2, 8], "data": "not a list"}, "positions": ["x", 1]}
     problem = wire.problem(client.post("/v1/rotary", json=request), 422)
     locs = wire.locs(problem)
     assert ["body", "q", "data"] in locs
     assert ["body", "positions", 0] in locs
-    request_fields = {"body", "q", "data", "random", "shape", "positions", "dtype", "base64", 0}
+    request_fields = {"body", "q", "data", "random", "shape", "positions", "dtype", "base64", 0, 1}
     for loc in locs:
         assert set(loc) <= request_fields, loc
     assert "function-after" not in problem["detail"]

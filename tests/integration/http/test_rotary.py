@@ -18,6 +18,8 @@ from posenc.pe import (
     rotary_tables,
     xpos_scale,
 )
+from posenc.pe.kinds import apply_block_rotation, block_rotations
+from posenc.pe.types import RotaryGenerators
 from posenc.schemas.methods import Kind
 
 
@@ -102,7 +104,7 @@ def test_bfloat16_q_is_rotated_in_float32_and_cast_last(client: TestClient, wire
 
 def _case(spec: MethodSpec, params: dict[str, Any], inline: Any) -> tuple[dict[str, Any], torch.Tensor]:
     """A request for any rotary method, with 2-coordinate positions for the 2D ones."""
-    probe = rotary_frequencies(spec, spec.parse_params(params), RotaryContext(rotary_dim=8, seq_len=6))
+    probe = rotary_frequencies(spec, spec.parse_params(params), RotaryContext(rotary_dim=8, seq_len=6, num_heads=2))
     if probe.num_axes == 1:
         positions = torch.arange(6)
     else:
@@ -125,7 +127,13 @@ def test_every_rotary_method_matches_the_library(
 
     params = spec.parse_params(raw_params)
     seq_len = int(positions.max()) + 1
-    freqs = rotary_frequencies(spec, params, RotaryContext(rotary_dim=8, seq_len=seq_len))
+    freqs = rotary_frequencies(spec, params, RotaryContext(rotary_dim=8, seq_len=seq_len, num_heads=2))
+    if isinstance(freqs, RotaryGenerators):  # block rotations expm(Σ p_a G_a) (RoPE-Mixed, LieRE, ComRoPE)
+        rotations = block_rotations(freqs, positions, torch.float32)  # (Hg, N, m, b, b)
+        torch.testing.assert_close(tensors["q"], apply_block_rotation(q, rotations), rtol=0, atol=0)
+        torch.testing.assert_close(tensors["k"], apply_block_rotation(k, rotations), rtol=0, atol=0)
+        assert meta["attention_scale"] == 1.0
+        return
     cos, sin = rotary_tables(freqs, positions)
     scale = xpos_scale(freqs, positions, torch.float32)
     expected_q = apply_rotary(q, cos, sin, pairing="half", scale=scale)
