@@ -23,13 +23,23 @@ from posenc.corpora import check_corpus, data_directories
 from posenc.errors import InvalidInput
 from posenc.pe import MethodParams, MethodSpec, get_method
 from posenc.pe.appliers import Applier, Layer, build_applier, grid_positions
-from posenc.pe.types import LayerInputs
-from posenc.schemas.jobs import ComputeJobSpec, JobCreate, JobKind, JobSpec, MethodRef, SyntheticTask
+from posenc.pe.types import Graph, LayerInputs
+from posenc.schemas.jobs import (
+    MAX_GRAPH_NODES,
+    ComputeJobSpec,
+    JobCreate,
+    JobKind,
+    JobSpec,
+    MethodRef,
+    SyntheticTask,
+)
 
 CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SPEC = ("body", "spec")
 MAX_IMAGE_PATCHES = 1024  # patches per image at any resolution (a 32 x 32 grid): the ViT's attention is dense
 DEFAULT_RESOLUTION_FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)  # of the training resolution (evaluation.md §7)
+DEFAULT_GRAPH_SIZE_FACTORS = (2 / 3, 1.0, 4 / 3, 2.0)  # of the training graph size: 12 -> 8, 12, 16, 24
+MIN_GRAPH_NODES = 3
 
 
 def task_sequence_length(task: SyntheticTask, size: int) -> int:
@@ -90,10 +100,12 @@ def train_task_size(spec: JobSpec) -> int:
 
 
 def in_distribution_length(spec: JobSpec) -> int:
-    """L for text (tokens), n_train for tasks (task size), the training resolution for images (pixels): the x of
-    'in distribution' in results and plots."""
+    """L for text (tokens), n_train for tasks (task size), the training resolution for images (pixels), the
+    training graph size for graphs (nodes): the x of 'in distribution' in results and plots."""
     if spec.data.image_size is not None:
         return spec.data.image_size
+    if spec.data.num_nodes is not None:
+        return spec.data.num_nodes
     return spec.train.length if spec.data.task is None else train_task_size(spec)
 
 
@@ -106,6 +118,12 @@ def eval_lengths(spec: JobSpec) -> list[int]:
         size, patch = spec.data.image_size, image_patch(spec)
         scaled = (round(size * factor) for factor in DEFAULT_RESOLUTION_FACTORS)
         return sorted({s for s in scaled if s >= patch and s % patch == 0} | {size})
+    if spec.data.num_nodes is not None:
+        if spec.eval.num_nodes is not None:
+            return list(spec.eval.num_nodes)
+        nodes = spec.data.num_nodes
+        scaled = (round(nodes * factor) for factor in DEFAULT_GRAPH_SIZE_FACTORS)
+        return sorted({n for n in scaled if MIN_GRAPH_NODES <= n <= MAX_GRAPH_NODES} | {nodes})
     if spec.eval.lengths is not None:
         return list(spec.eval.lengths)
     base = in_distribution_length(spec)
@@ -122,10 +140,17 @@ def image_tokens(spec: JobSpec, resolution: int) -> int:
     return (resolution // image_patch(spec)) ** 2 + int(spec.model.cls_token)
 
 
+def graph_tokens(spec: JobSpec, num_nodes: int) -> int:
+    """Tokens the graph transformer reads for one graph: its nodes, and the virtual graph token if any."""
+    return num_nodes + int(spec.model.cls_token)
+
+
 def model_sequence_lengths(spec: JobSpec) -> list[int]:
     """The longest sequence the model sees at each evaluation length (tokens)."""
     if spec.data.image_size is not None:
         return [image_tokens(spec, resolution) for resolution in eval_lengths(spec)]
+    if spec.data.num_nodes is not None:
+        return [graph_tokens(spec, nodes) for nodes in eval_lengths(spec)]
     if spec.data.sequence_task is None:
         return eval_lengths(spec)
     return [task_sequence_length(spec.data.sequence_task, size) for size in eval_lengths(spec)]
@@ -154,6 +179,16 @@ def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | N
         return
     if spec.eval.resolutions is not None:
         raise InvalidInput((*SPEC, "eval", "resolutions"), "resolutions are for image tasks; give lengths")
+    if spec.data.graph_task is not None:
+        if spec.eval.lengths is not None:
+            raise InvalidInput((*SPEC, "eval", "lengths"), "graph tasks are evaluated at eval.num_nodes (nodes)")
+        if spec.eval.num_nodes is not None and not spec.eval.num_nodes:
+            raise InvalidInput((*SPEC, "eval", "num_nodes"), "give at least one graph size, or leave it out")
+        for index, ref in enumerate(spec.methods):
+            _validate_graph_method(ref, (*SPEC, "methods", index), spec)
+        return
+    if spec.eval.num_nodes is not None:
+        raise InvalidInput((*SPEC, "eval", "num_nodes"), "num_nodes are for graph tasks; give lengths")
     if spec.data.sequence_task is not None and train_task_size(spec) < 1:
         minimum = task_sequence_length(spec.data.sequence_task, 1)
         raise InvalidInput(
@@ -257,6 +292,32 @@ def _validate_image_method(ref: MethodRef, loc: tuple[str | int, ...], spec: Job
         raise _cannot_run(method, loc, exc) from None
 
 
+def _validate_graph_method(ref: MethodRef, loc: tuple[str | int, ...], spec: JobSpec) -> None:
+    """A method on the graph transformer: graph methods (registry ``axes`` = 0) read each example's graph, 1D
+    methods get the node ids as positions; every evaluation size is dry-run on a path graph of that size, with the
+    virtual graph token as a prefix token when the model has it."""
+    method = get_method(ref.method)
+    params = _parse_params(ref, loc)
+    if method.axes not in (0, 1) or method.causal_only:
+        what = "causal attention only" if method.causal_only else f"{method.axes}D positions"
+        raise InvalidInput(
+            (*loc, "method"), f"{method.name!r} is for {what}; the graph model attends over nodes both ways"
+        )
+    _check_learned(method, loc)
+    heads, dim = spec.model.heads, spec.model.dim
+    prefix = int(spec.model.cls_token)
+    try:
+        for nodes in sorted({in_distribution_length(spec), *eval_lengths(spec)}):
+            path = torch.stack((torch.arange(nodes - 1), torch.arange(1, nodes)), dim=-1)  # (n − 1, 2)
+            graph = Graph(num_nodes=nodes, edges=path)
+            layer = Layer(num_heads=heads, head_dim=dim // heads, causal=False, model_dim=dim, graph=graph)
+            applier = build_applier(method, params, layer)
+            applier.check()
+            _dry_run_tokens(applier, grid_positions((nodes,), prefix)[:, 0], dim)  # (P + n,)
+    except InvalidInput as exc:
+        raise _cannot_run(method, loc, exc) from None
+
+
 def patch_positions(rows: int, cols: int, axes: int, *, prefix: int = 0) -> torch.Tensor:
     """The ViT's token positions, as ``posenc.training.vit.token_positions`` (the gateway may not import the
     training code): (N, 2) (row, col) for 2D methods, (N,) raster indices for 1D ones, prefix tokens first."""
@@ -295,10 +356,19 @@ def job_cost(create: JobCreate) -> int:
     if create.kind == "extrapolate" and spec.checkpoint is not None:
         return sum(eval_tokens(spec, length) for length in eval_lengths(spec))
     runs = len(spec.methods) * len(spec.seeds)
-    length = image_tokens(spec, spec.data.image_size) if spec.data.image_size is not None else spec.train.length
+    length = model_sequence_length(spec)
     train = spec.train.steps * spec.train.batch_size * length
     lengths = [in_distribution_length(spec)] if create.kind == "train" else eval_lengths(spec)
     return runs * (train + sum(eval_tokens(spec, length) for length in lengths))
+
+
+def model_sequence_length(spec: JobSpec) -> int:
+    """The tokens of one training example: the training length, or the ViT's or graph model's tokens."""
+    if spec.data.image_size is not None:
+        return image_tokens(spec, spec.data.image_size)
+    if spec.data.num_nodes is not None:
+        return graph_tokens(spec, spec.data.num_nodes)
+    return spec.train.length
 
 
 def eval_tokens(spec: JobSpec, length: int) -> int:
@@ -310,6 +380,8 @@ def eval_tokens(spec: JobSpec, length: int) -> int:
     sequence. Image tasks (``length`` is a resolution): ``samples`` images of their ViT tokens."""
     if spec.data.image_size is not None:
         return spec.eval.samples * image_tokens(spec, length)
+    if spec.data.num_nodes is not None:
+        return spec.eval.samples * graph_tokens(spec, length)
     if spec.data.sequence_task is not None:
         return spec.eval.samples * task_sequence_length(spec.data.sequence_task, length)
     if spec.eval.protocol == "nonoverlapping":

@@ -36,10 +36,16 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "ex
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired"})
 SyntheticTask = Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
 ImageTask = Literal["shapes", "quadrant", "above_left", "same_diagonal"]
+GraphTask = Literal["graph_distance"]
+GraphFamily = Literal["tree", "er"]
 SYNTHETIC_TASKS: tuple[SyntheticTask, ...] = get_args(SyntheticTask)
 IMAGE_TASKS: tuple[ImageTask, ...] = get_args(ImageTask)
+GRAPH_TASKS: tuple[GraphTask, ...] = get_args(GraphTask)
 DEFAULT_IMAGE_SIZE = 32
 DEFAULT_PATCH_SIZE = 4
+DEFAULT_NUM_NODES = 12
+DEFAULT_MAX_DISTANCE = 5
+MAX_GRAPH_NODES = 256  # graph tasks: labels come from all-pairs BFS in Python, O(n·(n + E)) per graph
 
 
 class _Strict(BaseModel):
@@ -53,7 +59,8 @@ class MethodRef(_Strict):
 
 
 class DataSpec(_Strict):
-    """A character-level corpus, a synthetic sequence task, or an image task (trained on a ViT)."""
+    """A character-level corpus, a synthetic sequence task, an image task (trained on a ViT) or a graph task
+    (trained on a graph transformer)."""
 
     corpus: str | None = Field(
         default=None,
@@ -62,11 +69,13 @@ class DataSpec(_Strict):
         "(tinyshakespeare.txt in a data directory), or a text file under the data directories "
         "(POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one",
     )
-    task: SyntheticTask | ImageTask | None = Field(
+    task: SyntheticTask | ImageTask | GraphTask | None = Field(
         default=None,
-        description="a synthetic sequence task, or an image task (procedural images, any resolution): 'shapes' "
+        description="a synthetic sequence task; an image task (procedural images, any resolution): 'shapes' "
         "(10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot "
-        "above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal)",
+        "above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal); or a graph task: "
+        "'graph_distance' (random graphs, two marked nodes, classify their shortest-path distance 1, 2, ..., "
+        ">= max_distance)",
     )
     val_fraction: float = Field(default=0.1, gt=0, lt=0.5)
     image_size: int | None = Field(
@@ -82,6 +91,25 @@ class DataSpec(_Strict):
         description=f"image tasks: side of a square patch in pixels (default {DEFAULT_PATCH_SIZE})",
     )
 
+    num_nodes: int | None = Field(
+        default=None,
+        ge=3,
+        le=MAX_GRAPH_NODES,
+        description=f"graph tasks: nodes per training graph (default {DEFAULT_NUM_NODES})",
+    )
+    graph_family: GraphFamily | None = Field(
+        default=None,
+        description="graph tasks: 'tree' (uniform random labelled trees, the default) or 'er' (sparse "
+        "Erdos-Renyi graphs made connected)",
+    )
+    max_distance: int | None = Field(
+        default=None,
+        ge=2,
+        le=MAX_GRAPH_NODES,
+        description=f"graph tasks: classes of distance 1 ... max_distance, the last one '>= max_distance' "
+        f"(default {DEFAULT_MAX_DISTANCE})",
+    )
+
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
         if (self.corpus is None) == (self.task is None):
@@ -92,12 +120,26 @@ class DataSpec(_Strict):
         else:
             self.image_size = self.image_size if self.image_size is not None else DEFAULT_IMAGE_SIZE
             self.patch_size = self.patch_size if self.patch_size is not None else DEFAULT_PATCH_SIZE
+        if self.graph_task is None:
+            if (self.num_nodes, self.graph_family, self.max_distance) != (None, None, None):
+                raise ValueError(
+                    f"num_nodes, graph_family and max_distance are for the graph tasks {list(GRAPH_TASKS)}"
+                )
+        else:
+            self.num_nodes = self.num_nodes if self.num_nodes is not None else DEFAULT_NUM_NODES
+            self.graph_family = self.graph_family if self.graph_family is not None else "tree"
+            self.max_distance = self.max_distance if self.max_distance is not None else DEFAULT_MAX_DISTANCE
         return self
 
     @property
     def image_task(self) -> ImageTask | None:
         """The task when it is an image task, else None."""
         return next((name for name in IMAGE_TASKS if name == self.task), None)
+
+    @property
+    def graph_task(self) -> GraphTask | None:
+        """The task when it is a graph task, else None."""
+        return next((name for name in GRAPH_TASKS if name == self.task), None)
 
     @property
     def sequence_task(self) -> SyntheticTask | None:
@@ -116,7 +158,9 @@ class ModelSpec(_Strict):
         "interleaved (GPT-J/Meta)",
     )
     cls_token: bool = Field(
-        default=True, description="image tasks: classify from a CLS token (else mean-pool); text models ignore it"
+        default=True,
+        description="image tasks: classify from a CLS token (else mean-pool); graph tasks: add Graphormer's "
+        "virtual graph token; text models ignore it",
     )
 
     @model_validator(mode="after")
@@ -154,6 +198,11 @@ class EvalSpec(_Strict):
         default=None,
         description="image tasks: evaluation resolutions in pixels, multiples of data.patch_size; default "
         "[S/2, 3S/4, S, 3S/2, 2S] with S = data.image_size (those that are multiples of the patch)",
+    )
+    num_nodes: list[Annotated[int, Field(ge=3, le=MAX_GRAPH_NODES)]] | None = Field(
+        default=None,
+        description="graph tasks: evaluation graph sizes in nodes; default [2n/3, n, 4n/3, 2n] with n = "
+        "data.num_nodes (those of at least 3 nodes)",
     )
 
 

@@ -15,6 +15,10 @@ prefix, so the two are the same metric and one forward pass per batch replaces n
 
 Images: top-1 accuracy on ``samples`` held-out scenes per resolution; the scenes are the same at every
 resolution (drawn once from ``IMAGE_EVAL_SEED``, then rendered at each), only the pixel noise is drawn anew.
+
+Graphs: top-1 accuracy on ``samples`` held-out examples per graph size, drawn from a generator seeded by
+``GRAPH_EVAL_SEED`` and the size, so every model sees the same graphs at a size and a size's examples do not
+depend on the other sizes evaluated.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from typing import Any, Literal
 
 import torch
 
-from posenc.schemas.jobs import ImageTask
+from posenc.schemas.jobs import GraphFamily, GraphTask, ImageTask
 from posenc.training.data import TaskName, task_batch
+from posenc.training.graph_task import graph_batch
 from posenc.training.vision import draw_scenes, render
 
 Protocol = Literal["nonoverlapping", "sliding"]
@@ -36,6 +41,8 @@ LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) int64 -> logits 
 EVAL_TOKENS_PER_BATCH = 8192  # windows per forward pass = this // L_valid (at least one)
 TASK_EVAL_SEED = 20240601  # every method and seed is scored on the same task instances
 IMAGE_EVAL_SEED = 20240602  # the held-out scenes (its + 1 seeds their pixel noise), apart from training's
+GRAPH_EVAL_SEED = 20240603
+GRAPH_EVAL_BATCH = 64
 EVAL_PIXELS_PER_BATCH = 2**18  # images per forward pass = this // S² (64 at 64 px), at least one
 
 
@@ -72,6 +79,16 @@ class TaskScore:
 @dataclass(frozen=True)
 class ImageScore:
     resolution: int  # pixels per side
+    accuracy: float  # top-1
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GraphScore:
+    num_nodes: int
     accuracy: float  # top-1
     samples: int
 
@@ -179,6 +196,29 @@ def evaluate_images(
         predicted = classify(render(chunk, resolution, noise).to(device)).argmax(-1).cpu()  # (b,)
         correct += int((predicted == chunk.labels).sum())
     return ImageScore(resolution=resolution, accuracy=correct / samples, samples=samples)
+
+
+@torch.inference_mode()
+def evaluate_graphs(
+    classify: LogitsFn,
+    task: GraphTask,
+    num_nodes: int,
+    *,
+    family: GraphFamily,
+    max_distance: int,
+    samples: int = 100,
+    device: str | torch.device = "cpu",
+) -> GraphScore:
+    """Top-1 accuracy of ``classify`` (packed graphs (B, N, 1 + N) -> logits (B, classes)) on the held-out
+    examples of ``num_nodes`` nodes. Chance is 1 / min(max_distance, num_nodes − 1): labels are balanced."""
+    generator = torch.Generator().manual_seed(GRAPH_EVAL_SEED * 1_000_003 + num_nodes)
+    correct = 0
+    for first in range(0, samples, GRAPH_EVAL_BATCH):
+        count = min(GRAPH_EVAL_BATCH, samples - first)
+        batch = graph_batch(task, count, num_nodes, generator, family=family, max_distance=max_distance)
+        predicted = classify(batch.packed().to(device)).argmax(-1).cpu()  # (b,)
+        correct += int((predicted == batch.labels).sum())
+    return GraphScore(num_nodes=num_nodes, accuracy=correct / samples, samples=samples)
 
 
 def evaluate_lengths_text(

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from posenc.training.graph_task import GraphTransformer
 from posenc.training.model import ModelConfig, TinyTransformer
+from posenc.training.vit import VisionTransformer
 
 
 def _temporary(path: Path) -> Path:
@@ -37,7 +39,12 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def save_model(model: TinyTransformer, metadata: dict[str, Any], directory: Path, stem: str = "model") -> None:
+def save_model(
+    model: TinyTransformer | VisionTransformer | GraphTransformer,
+    metadata: dict[str, Any],
+    directory: Path,
+    stem: str = "model",
+) -> None:
     """Weights as ``<stem>.safetensors`` and ``{"config": ..., **metadata}`` as ``<stem>.json``."""
     weights = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     temporary = _temporary(directory / f"{stem}.safetensors")

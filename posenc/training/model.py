@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -93,9 +93,13 @@ class PositionalEncoding(nn.Module):
             for name, tensor in self.spec.learned_init(params, init_context).items():
                 self.learned[name] = nn.Parameter(torch.as_tensor(tensor, dtype=torch.float32).clone())
 
-    def applier(self) -> Applier:
-        """The applier with the current learned tensors substituted (differentiable); fixed tables cached."""
+    def applier(self, layer: Layer | None = None) -> Applier:
+        """The applier with the current learned tensors substituted (differentiable); fixed tables cached.
+        ``layer`` replaces the model's layer for one call (a graph model's layer carries each example's graph),
+        uncached: the cache keys omit the graph."""
         params = self.params.model_copy(update=dict(self.learned.items())) if self.learned else self.params
+        if layer is not None:
+            return build_applier(self.spec, params, layer)
         return build_applier(self.spec, params, self.layer, cache=self._cache)
 
 
@@ -131,6 +135,24 @@ def init_weights(model: nn.Module, seed: int, layers: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- model
+class LayerPE(Protocol):
+    """What a block needs of its positional encoding: an ``Applier``, or a graph model's one applier per
+    example (``posenc.training.graph_task.ExampleAppliers``)."""
+
+    def layer_attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        x: torch.Tensor | None = None,
+        state: Any = None,
+        pos: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Any]: ...
+
+    def update_state(self, x: torch.Tensor, state: Any) -> Any: ...
+
+
 class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -139,7 +161,7 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(dim, dim)
 
     def forward(
-        self, x: torch.Tensor, pe: Applier, state: Any, pos: torch.Tensor | None = None
+        self, x: torch.Tensor, pe: LayerPE, state: Any, pos: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, Any]:
         batch, length, dim = x.shape
         qkv = self.qkv(x).view(batch, length, 3, self.heads, dim // self.heads)  # (B, T, 3, H, d_head)
@@ -164,17 +186,22 @@ class Block(nn.Module):
         self.pe: PositionalEncoding | None = None  # this layer's own instance, for per-layer methods
 
     def forward(
-        self, x: torch.Tensor, pe: Applier, state: Any, pos: torch.Tensor | None = None
+        self, x: torch.Tensor, pe: LayerPE, state: Any, pos: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, Any]:
         """The block's output, and the position state of a model-coupled method (None for the others). ``pe``
-        is the model's shared applier; a block with its own instance (``per_layer``) uses that instead."""
-        own = self.pe.applier() if self.pe is not None else pe  # per-layer methods: this layer's weights
-        attended, state = self.attn(self.attn_norm(x), own, state, pos)
+        is this layer's applier: built on ``self.pe`` for a ``per_layer`` method, else the model's shared one
+        (``block_pe``)."""
+        attended, state = self.attn(self.attn_norm(x), pe, state, pos)
         x = x + attended
         ffn_input = self.ffn_norm(x)
-        state = own.update_state(ffn_input, state)  # TAPE: the state's own feed-forward update
+        state = pe.update_state(ffn_input, state)  # TAPE: the state's own feed-forward update
         out: torch.Tensor = x + self.ffn_out(F.gelu(self.ffn_in(ffn_input)))
         return out, state
+
+
+def block_pe(block: Block, shared: Applier) -> Applier:
+    """The applier a block attends with: its own instance's (per-layer methods), else the shared one."""
+    return block.pe.applier() if block.pe is not None else shared
 
 
 class TinyTransformer(nn.Module):
@@ -201,7 +228,8 @@ class TinyTransformer(nn.Module):
         x = shared.embed(self.token_embedding(ids), positions(length, ids.device), length)  # (B, T, D)
         state = shared.initial_state(ids.shape[0], length, ids.device)
         for block in self.blocks:
-            x, state = block(x, shared, state)
+            assert isinstance(block, Block)
+            x, state = block(x, block_pe(block, shared), state)
         logits: torch.Tensor = self.head(self.final_norm(x))  # (B, T, V)
         return logits
 

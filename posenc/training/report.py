@@ -22,7 +22,11 @@ from posenc.training.files import write_bytes_atomic
 
 Row = dict[str, Any]
 TABLE_COLUMNS = ("method", "seed", "length", "metric", "value")
-AXIS_LABELS = {"length": "evaluation length", "resolution": "evaluation resolution (px)"}
+AXIS_LABELS = {
+    "length": "evaluation length",
+    "resolution": "evaluation resolution (px)",
+    "num_nodes": "evaluation graph size (nodes)",
+}
 
 
 def summarize(rows: Sequence[Row], in_distribution_length: int, axis: str = "length") -> list[Row]:

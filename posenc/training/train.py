@@ -1,7 +1,7 @@
 """The training loop: AdamW, linear warmup then cosine decay to 10%, gradient clipping at 1.0.
 
-Deterministic from the seed: the weights come from ``build_model(config, seed)`` (the text transformer, or the
-ViT for a ``ViTConfig``) and every batch from
+Deterministic from the seed: the weights come from ``build_model(config, seed)`` (the text transformer, the
+ViT for a ``ViTConfig``, the graph transformer for a ``GraphModelConfig``) and every batch from
 one ``torch.Generator`` seeded from the same seed. Every ``checkpoint_every`` steps (and at the end) the whole
 state (model, optimizer, scheduler, step, RNG states, loss history) is written atomically to
 ``checkpoint_dir/train_state.pt``; a run restarted with the same directory continues from there and, on the
@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc.schemas.jobs import TrainSpec
+from posenc.training.graph_task import GraphModelConfig, GraphTransformer
 from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
 from posenc.training.model import ModelConfig, TinyTransformer
 from posenc.training.vit import VisionTransformer, ViTConfig
@@ -37,7 +38,9 @@ DATA_SEED_OFFSET = 0x5EED  # the batch stream is seeded apart from the weight dr
 @dataclass(frozen=True)
 class Batch:
     """Inputs and targets (B, T) int64; ``loss_mask`` (B, T) bool limits the loss (synthetic tasks). Images:
-    inputs (B, 3, S, S) float32, targets (B,) class ids, ``tokens`` the patches the ViT reads."""
+    inputs (B, 3, S, S) float32, targets (B,) class ids, ``tokens`` the patches the ViT reads. Graphs: inputs
+    (B, N, 1 + N) packed node types and adjacency, targets (B,) class ids, ``tokens`` the nodes (and graph
+    tokens) the model reads."""
 
     inputs: torch.Tensor
     targets: torch.Tensor
@@ -45,14 +48,16 @@ class Batch:
     tokens: int | None = None  # tokens the model reads (default: inputs.numel(), one per id)
 
 
-AnyConfig = ModelConfig | ViTConfig
-Model = TinyTransformer | VisionTransformer
+AnyConfig = ModelConfig | ViTConfig | GraphModelConfig
+Model = TinyTransformer | VisionTransformer | GraphTransformer
 
 
 def build_model(config: AnyConfig, seed: int = 0) -> Model:
     """The model a config describes, its weights drawn from ``seed``."""
     if isinstance(config, ViTConfig):
         return VisionTransformer(config, seed)
+    if isinstance(config, GraphModelConfig):
+        return GraphTransformer(config, seed)
     return TinyTransformer(config, seed)
 
 

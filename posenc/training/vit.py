@@ -26,7 +26,7 @@ from torch import nn
 
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, grid_positions
-from posenc.training.model import Block, attach_positional_encodings, init_weights
+from posenc.training.model import Block, attach_positional_encodings, block_pe, init_weights
 
 CHANNELS = 3
 
@@ -118,7 +118,8 @@ class VisionTransformer(nn.Module):
         x = shared.embed(x, pos)  # absolute methods: + P at the positions; the others: unchanged
         state = shared.initial_state(x.shape[0], x.shape[1], x.device)
         for block in self.blocks:
-            x, state = block(x, shared, state, pos)
+            assert isinstance(block, Block)
+            x, state = block(x, block_pe(block, shared), state, pos)
         x = self.final_norm(x)
         pooled = x[:, 0] if self.cls is not None else x.mean(dim=1)  # (B, D)
         logits: torch.Tensor = self.head(pooled)  # (B, num_classes)

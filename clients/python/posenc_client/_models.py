@@ -188,7 +188,8 @@ class Corpus(RootModel[str]):
 
 class DataSpec(BaseModel):
     """
-    A character-level corpus, a synthetic sequence task, or an image task (trained on a ViT).
+    A character-level corpus, a synthetic sequence task, an image task (trained on a ViT) or a graph task
+    (trained on a graph transformer).
     """
 
     model_config = ConfigDict(
@@ -198,9 +199,21 @@ class DataSpec(BaseModel):
     """
     'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
     """
+    graph_family: Annotated[Literal["tree", "er"] | None, Field(title="Graph Family")] = None
+    """
+    graph tasks: 'tree' (uniform random labelled trees, the default) or 'er' (sparse Erdos-Renyi graphs made connected)
+    """
     image_size: Annotated[ImageSize | None, Field(title="Image Size")] = None
     """
     image tasks: training resolution in pixels (default 32)
+    """
+    max_distance: Annotated[MaxDistance | None, Field(title="Max Distance")] = None
+    """
+    graph tasks: classes of distance 1 ... max_distance, the last one '>= max_distance' (default 5)
+    """
+    num_nodes: Annotated[NumNodes | None, Field(title="Num Nodes")] = None
+    """
+    graph tasks: nodes per training graph (default 12)
     """
     patch_size: Annotated[PatchSize | None, Field(title="Patch Size")] = None
     """
@@ -209,11 +222,12 @@ class DataSpec(BaseModel):
     task: Annotated[
         Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
         | Literal["shapes", "quadrant", "above_left", "same_diagonal"]
+        | Literal["graph_distance"]
         | None,
         Field(title="Task"),
     ] = None
     """
-    a synthetic sequence task, or an image task (procedural images, any resolution): 'shapes' (10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal)
+    a synthetic sequence task; an image task (procedural images, any resolution): 'shapes' (10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal); or a graph task: 'graph_distance' (random graphs, two marked nodes, classify their shortest-path distance 1, 2, ..., >= max_distance)
     """
     val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
 
@@ -274,6 +288,10 @@ class EvalSpec(BaseModel):
     max_tokens: Annotated[int, Field(ge=1, le=9223372036854776000, title="Max Tokens")] = 65536
     """
     scored tokens per length (text)
+    """
+    num_nodes: Annotated[list[NumNode] | None, Field(title="Num Nodes")] = None
+    """
+    graph tasks: evaluation graph sizes in nodes; default [2n/3, n, 4n/3, 2n] with n = data.num_nodes (those of at least 3 nodes)
     """
     protocol: Annotated[Literal["nonoverlapping", "sliding"], Field(title="Protocol")] = "nonoverlapping"
     resolutions: Annotated[list[Resolution] | None, Field(title="Resolutions")] = None
@@ -465,6 +483,13 @@ class Length1(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1048576)]
 
 
+class MaxDistance(RootModel[int]):
+    root: Annotated[int, Field(ge=2, le=256, title="Max Distance")]
+    """
+    graph tasks: classes of distance 1 ... max_distance, the last one '>= max_distance' (default 5)
+    """
+
+
 class MethodInfo(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -549,7 +574,7 @@ class ModelSpec(BaseModel):
     )
     cls_token: Annotated[bool, Field(title="Cls Token")] = True
     """
-    image tasks: classify from a CLS token (else mean-pool); text models ignore it
+    image tasks: classify from a CLS token (else mean-pool); graph tasks: add Graphormer's virtual graph token; text models ignore it
     """
     dim: Annotated[int, Field(ge=8, le=8192, title="Dim")] = 128
     ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
@@ -558,6 +583,17 @@ class ModelSpec(BaseModel):
     pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
     """
     rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or interleaved (GPT-J/Meta)
+    """
+
+
+class NumNode(RootModel[int]):
+    root: Annotated[int, Field(ge=3, le=256)]
+
+
+class NumNodes(RootModel[int]):
+    root: Annotated[int, Field(ge=3, le=256, title="Num Nodes")]
+    """
+    graph tasks: nodes per training graph (default 12)
     """
 
 

@@ -14,6 +14,8 @@ from posenc.errors import InvalidInput
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, build_applier
 from posenc.pe.types import Graph
+from posenc.schemas.jobs import TrainSpec
+from posenc.training.evaluate import evaluate_graphs
 from posenc.training.graph_task import (
     NODE_PLAIN,
     NODE_SOURCE,
@@ -21,14 +23,15 @@ from posenc.training.graph_task import (
     GraphBatch,
     GraphModelConfig,
     GraphTransformer,
-    evaluate_graph_model,
+    distance_classes,
     feasible_classes,
     graph_batch,
     node_positions,
     random_connected_graph,
     random_tree,
-    train_graph_model,
+    unpack_graphs,
 )
+from posenc.training.train import Batch, train
 
 METHODS = ("nope", "graphormer", "graphormer_centrality", "laplacian_pe")
 
@@ -155,7 +158,7 @@ def test_forward_gives_finite_logits_at_the_training_size_and_beyond(
     model = GraphTransformer(tiny_config(method, virtual_token=virtual_token, readout=readout), seed=0)
     for num_nodes in (8, 13):
         batch = batch_of(0, num_nodes=num_nodes, batch_size=3)
-        logits = model(batch.node_types, batch.graphs)
+        logits = model.classify(batch.node_types, batch.graphs)
         assert logits.shape == (3, 5)
         assert torch.isfinite(logits).all()
 
@@ -171,7 +174,9 @@ def test_a_model_is_rebuilt_from_its_json_config_and_weights() -> None:
     rebuilt.load_state_dict(model.state_dict())
     batch = batch_of(0, num_nodes=7, batch_size=2)
     with torch.no_grad():
-        torch.testing.assert_close(rebuilt(batch.node_types, batch.graphs), model(batch.node_types, batch.graphs))
+        torch.testing.assert_close(
+            rebuilt.classify(batch.node_types, batch.graphs), model.classify(batch.node_types, batch.graphs)
+        )
 
 
 def test_positions_are_node_ids_after_the_graph_token() -> None:
@@ -199,7 +204,9 @@ def test_nope_ignores_the_graph_and_graph_methods_read_it() -> None:
     for method in METHODS:
         model = GraphTransformer(tiny_config(method), seed=0)
         with torch.no_grad():
-            same = torch.allclose(model(batch.node_types, batch.graphs), model(batch.node_types, rewired), atol=1e-6)
+            same = torch.allclose(
+                model.classify(batch.node_types, batch.graphs), model.classify(batch.node_types, rewired), atol=1e-6
+            )
         assert same == (method == "nope"), method
 
 
@@ -207,7 +214,7 @@ def test_nope_ignores_the_graph_and_graph_methods_read_it() -> None:
 def test_learned_pe_tensors_are_parameters_that_get_gradients(method: str, names: int) -> None:
     model = GraphTransformer(tiny_config(method), seed=0)
     batch = batch_of(0, num_nodes=8, batch_size=4)
-    loss = torch.nn.functional.cross_entropy(model(batch.node_types, batch.graphs), batch.labels)
+    loss = torch.nn.functional.cross_entropy(model.classify(batch.node_types, batch.graphs), batch.labels)
     loss.backward()  # type: ignore[no-untyped-call]
     learned = dict(model.pe.learned.items())
     assert len(learned) == names
@@ -231,37 +238,58 @@ def test_an_absolute_encoding_is_added_to_the_node_embeddings_only_not_to_q_and_
     torch.testing.assert_close(outputs[0], outputs[1])
 
 
-# ------------------------------------------------------------------------------------------ train / evaluate
-def test_evaluation_is_deterministic_and_reports_every_size() -> None:
+def test_a_packed_batch_unpacks_to_the_same_node_types_and_edge_sets() -> None:
+    batch = batch_of(7, num_nodes=9, batch_size=5, family="er")
+    packed = batch.packed()
+    assert packed.shape == (5, 9, 10)
+    assert packed.dtype == torch.int64
+    node_types, graphs = unpack_graphs(packed)
+    assert torch.equal(node_types, batch.node_types)
+    for graph, original in zip(graphs, batch.graphs, strict=True):
+        assert graph.num_nodes == original.num_nodes
+        as_set = {tuple(sorted(edge)) for edge in original.edges.tolist()}
+        assert {tuple(edge) for edge in graph.edges.tolist()} == as_set
     model = GraphTransformer(tiny_config("graphormer"), seed=0)
-    first = evaluate_graph_model(model, task="graph_distance", num_nodes_list=[6, 9], samples=20, seed=0)
-    again = evaluate_graph_model(model, task="graph_distance", num_nodes_list=[9], samples=20, seed=0)
-    assert set(first) == {6, 9}
-    assert all(0.0 <= value <= 1.0 for value in first.values())
-    assert again[9] == first[9]  # a size's examples do not depend on the other sizes
+    with torch.no_grad():
+        torch.testing.assert_close(model(packed), model.classify(batch.node_types, batch.graphs))
 
 
-def test_graphormer_learns_adjacency_in_a_short_run() -> None:
+def test_class_names_follow_the_distances() -> None:
+    assert distance_classes(3) == ("d=1", "d=2", "d>=3")
+
+
+# ------------------------------------------------------------------------------------------ train / evaluate
+def one_model(method: str, **changes: object) -> GraphTransformer:
+    model = GraphTransformer(tiny_config(method, **changes), seed=0)
+    model.eval()
+    return model
+
+
+def test_evaluation_is_deterministic_and_the_same_for_every_size_set() -> None:
+    model = one_model("graphormer")
+    options = {"family": "tree", "max_distance": 5, "samples": 20}
+    first = [evaluate_graphs(model, "graph_distance", n, **options) for n in (6, 9)]  # type: ignore[arg-type]
+    again = evaluate_graphs(model, "graph_distance", 9, **options)  # type: ignore[arg-type]
+    assert [score.num_nodes for score in first] == [6, 9]
+    assert all(0.0 <= score.accuracy <= 1.0 for score in first)
+    assert again == first[1]  # a size's examples do not depend on the other sizes
+
+
+def test_graphormer_learns_adjacency_in_a_short_run_through_the_shared_trainer() -> None:
     # "are the marked nodes adjacent" (max_distance 2) read out at the marked nodes: one layer suffices. A model
     # blind to the graph (nope) stays at ln 2 and chance, 1/2, by construction (balanced labels).
-    model, losses = train_graph_model(
-        "graphormer",
-        {},
-        task="graph_distance",
-        num_nodes=6,
-        steps=150,
-        batch_size=32,
-        lr=1e-2,
-        seed=0,
-        layers=1,
-        dim=32,
-        heads=8,
-        max_distance=2,
-        readout="marked",
-        threads=1,
-    )
+    config = GraphModelConfig(layers=1, dim=32, heads=8, method="graphormer", train_nodes=6, max_distance=2)
+
+    def batches(generator: torch.Generator) -> Batch:
+        drawn = graph_batch("graph_distance", 32, 6, generator, max_distance=2)
+        return Batch(drawn.packed(), drawn.labels, tokens=32 * 7)
+
+    spec = TrainSpec(steps=150, batch_size=32, lr=1e-2, warmup_steps=15)
+    outcome = train(config, 0, spec, batches)
+    losses = outcome.losses
     assert len(losses) == 150
     first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
     assert last < first - 0.3, (first, last)
-    accuracy = evaluate_graph_model(model, task="graph_distance", num_nodes_list=[6], samples=128, seed=1)
-    assert accuracy[6] > 0.8
+    model = outcome.model
+    score = evaluate_graphs(model, "graph_distance", 6, family="tree", max_distance=2, samples=128)
+    assert score.accuracy > 0.8

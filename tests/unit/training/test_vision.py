@@ -299,5 +299,5 @@ def test_image_train_job_saves_the_vit(tmp_path: Path) -> None:
     assert metadata["config"]["patch_size"] == 4
     assert len(metadata["vocab"]) == 10
     checkpoint = JobSpec.model_validate({**spec.model_dump(), "checkpoint": "job", "eval": {}})
-    with pytest.raises(InvalidInput, match="trained a ViT"):
+    with pytest.raises(InvalidInput, match="trained an image or graph model"):
         run_job("extrapolate", checkpoint, job_dir=tmp_path / "ex", artifact_root=tmp_path, hooks=NoHooks())
