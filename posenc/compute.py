@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pydantic_core
 import safetensors.torch
@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from posenc.attention import attention_maps, attention_statistics, compute_dtype_for
 from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput, located
+from posenc.model_configs import LayerRope, resolve_config
 from posenc.pe import (
     AbsoluteContext,
     BiasContext,
@@ -502,19 +503,59 @@ def _prepare_bias_layout(request: BiasRequest, spec: MethodSpec, params: MethodP
 
 
 # -------------------------------------------------------------------------------------------------- rotary
+@dataclass(frozen=True)
+class RotarySetup:
+    """What rotates: the method and params, the rotated slice [start, start + rotary_dim) of each head, the
+    pairing, and (for a config's layer) that layer's resolved setup."""
+
+    spec: MethodSpec
+    params: MethodParams
+    start: int
+    rotary_dim: int
+    pairing: Literal["half", "interleaved"]
+    config_layer: LayerRope | None = None
+
+
+def _rotary_setup(request: RotaryRequest, head_dim: int) -> RotarySetup:
+    if request.config is None:
+        assert request.method is not None
+        spec = resolve_method(request.method, Kind.ROTARY)
+        params = parse_params(spec, request.params)
+        return RotarySetup(spec, params, 0, _rotary_dim(request.rotary_dim, head_dim), request.pairing)
+    assert request.layer is not None
+    with located(("config",)):
+        resolved = resolve_config(request.config)
+    if request.layer >= len(resolved.layers):
+        raise InvalidInput(
+            ("layer",), f"the config has {len(resolved.layers)} layers, so at most {len(resolved.layers) - 1}"
+        )
+    layer = resolved.layers[request.layer]
+    if layer.method is None:
+        raise InvalidInput(("layer",), f"layer {layer.layer} ({layer.layer_type}) is a NoPE layer: it has no rotation")
+    if head_dim != layer.head_dim:
+        raise InvalidInput(
+            ("q", "shape"),
+            f"D = {head_dim}, but the config's heads have head_dim = {layer.head_dim} (layer {layer.layer})",
+        )
+    spec = resolve_method(layer.method, Kind.ROTARY)
+    with located(("config",)):
+        params = parse_params(spec, layer.params)
+    pairing: Literal["half", "interleaved"] = "interleaved" if layer.pairing == "interleaved" else "half"
+    return RotarySetup(spec, params, layer.rotary_slice[0], layer.rotary_dim, pairing, layer)
+
+
 def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) -> Prepared:
-    spec = resolve_method(request.method, Kind.ROTARY)
-    params = parse_params(spec, request.params)
     q_dtype, q_shape = _float_input(request.q, ("q",), 4, "(B, H, N, D)")
     seq_len, head_dim = q_shape[2], q_shape[3]
-    rotary_dim = _rotary_dim(request.rotary_dim, head_dim)
+    setup = _rotary_setup(request, head_dim)
+    spec, params, rotary_dim, start = setup.spec, setup.params, setup.rotary_dim, setup.start
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
     layer = Layer(
         num_heads=q_shape[1],
-        head_dim=head_dim,
+        head_dim=head_dim - start,  # a slice that starts later (MLA) is rotated as a head of its own
         causal=False,
-        pairing=request.pairing,
+        pairing=setup.pairing,
         rotary_dim=rotary_dim,
         dtype=compute_dtype,
     )
@@ -568,26 +609,33 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
         else:
             positions = layout.build(binary)
         context = max(int(positions.max()) if positions.numel() else 0, 0) + 1  # what dynamic scalings see
-        # Rotated in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once;
-        # xPos scales queries by ζ^(n/λ) and keys by its inverse.
-        tensors = {"q": applier.rotate_side(q, positions, context, keys=False).to(torch_dtype(out_dtype))}
+
+        def rotate(t: torch.Tensor, keys: bool) -> torch.Tensor:
+            # Rotated in the compute dtype and cast once at the end, so a bfloat16 output is rounded only once;
+            # xPos scales queries by ζ^(n/λ) and keys by its inverse. Features before the slice pass through.
+            rotated = applier.rotate_side(t[..., start:], positions, context, keys=keys)
+            if start:
+                rotated = torch.cat((t[..., :start].to(rotated.dtype), rotated), dim=-1)  # (B, H, N, D)
+            return rotated.to(torch_dtype(out_dtype))
+
+        tensors = {"q": rotate(q, keys=False)}
         if request.k is not None:
             k = _decode(request.k, "k", binary)
-            if rotate_k:
-                tensors["k"] = applier.rotate_side(k, positions, context, keys=True).to(torch_dtype(out_dtype))
-            else:
-                tensors["k"] = k
+            tensors["k"] = rotate(k, keys=True) if rotate_k else k
         if request.return_tables:
             cos, sin, _, _ = applier.tables(positions, context)  # (N, rotary_dim/2) each, from float64 angles
             tensors |= {"cos": cos, "sin": sin}
         meta = method_meta(spec, params, out_dtype) | {
-            "pairing": request.pairing,
+            "pairing": setup.pairing,
             "rotate": request.rotate,
             "rotary_dim": rotary_dim,
+            "rotary_slice": [start, start + rotary_dim],
             "positions": layout.description if layout.build is not None else f"arange(N) + {request.offset}",
             "attention_scale": applier.attention_scale(context),
             "tables_dtype": table_dtype,
         }
+        if setup.config_layer is not None:
+            meta["config_layer"] = setup.config_layer.to_json()
         return TensorResult(tensors, meta)
 
     return Prepared(

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
+from posenc.model_presets import UnknownPresetError
 from posenc.pe.registry import UnknownMethodError
 from posenc.schemas.errors import FieldError, Problem
 
@@ -133,6 +134,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(FieldErrors, _field_errors)
     app.add_exception_handler(BudgetExceeded, _budget_exceeded)
     app.add_exception_handler(UnknownMethodError, _unknown_method)
+    app.add_exception_handler(UnknownPresetError, _unknown_method)
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -218,7 +220,7 @@ async def _budget_exceeded(request: Request, exc: Exception) -> Response:
 
 
 async def _unknown_method(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, UnknownMethodError)
+    assert isinstance(exc, UnknownMethodError | UnknownPresetError)
     return problem_response(request, 404, str(exc))
 
 

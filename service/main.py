@@ -26,7 +26,7 @@ from service.errors import install_error_handlers
 from service.limits import BodySizeLimit, ComputeSlots, KeyRing, RateLimiter, authenticate
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import document_problems
-from service.routers import compute, health, jobs, methods
+from service.routers import compute, health, jobs, methods, models
 
 EXPOSED_HEADERS = [
     "X-Tensor-Shape",
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs.readiness_router)
     app.include_router(methods.router, dependencies=guarded)
     app.include_router(compute.router, dependencies=guarded)
+    app.include_router(models.router, dependencies=guarded)
     app.include_router(jobs.router, dependencies=guarded)
 
     def openapi() -> dict[str, Any]:

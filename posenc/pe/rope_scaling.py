@@ -326,9 +326,9 @@ class RopeLlama3Params(MethodParams):
     original_max_position_embeddings: int = Field(default=8192, ge=1, description=ORIGINAL_LENGTH_DESCRIPTION)
 
     @model_validator(mode="after")
-    def _band_not_empty(self) -> RopeLlama3Params:
-        if self.high_freq_factor <= self.low_freq_factor:
-            raise ValueError("high_freq_factor must be larger than low_freq_factor (the band divides by it)")
+    def _band_not_inverted(self) -> RopeLlama3Params:
+        if self.high_freq_factor < self.low_freq_factor:
+            raise ValueError("high_freq_factor must be at least low_freq_factor (wavelengths L/high <= L/low)")
         return self
 
 
@@ -352,7 +352,10 @@ def rope_llama3(params: RopeLlama3Params, ctx: RotaryContext) -> RotaryFrequenci
     wavelength = 2 * math.pi / original  # (d/2,)
     length = params.original_max_position_embeddings
     band_width = params.high_freq_factor - params.low_freq_factor
-    smooth = (length / wavelength - params.low_freq_factor) / band_width  # (d/2,) 0 at L/low, 1 at L/high
+    if band_width > 0:
+        smooth = (length / wavelength - params.low_freq_factor) / band_width  # (d/2,) 0 at L/low, 1 at L/high
+    else:  # high == low (Llama 4): no smooth band; a wavelength of exactly L/low is scaled
+        smooth = torch.zeros_like(wavelength)  # (d/2,)
     blended = (1 - smooth) * original / params.factor + smooth * original
     inv_freq = torch.where(
         wavelength < length / params.high_freq_factor,

@@ -126,8 +126,18 @@ class BiasRequest(_Request):
 
 
 class RotaryRequest(_Request):
-    """``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions."""
+    """``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions, with a method and params or
+    with a model's config and a layer index."""
 
+    method: str | None = Field(  # type: ignore[assignment]
+        default=None, description="registered rotary method, see GET /v1/methods; or give config and layer"
+    )
+    config: dict[str, Any] | None = Field(
+        default=None,
+        description="a model's config.json (any dialect POST /v1/models/resolve reads), in place of method and "
+        "params: the layer's method, params, rotated slice and pairing come from it",
+    )
+    layer: int | None = Field(default=None, ge=0, le=1023, description="with config: the layer index")
     q: TensorIn
     k: TensorIn | None = Field(default=None, description="omit with rotate='query'; same D as q")
     positions: TensorIn | list[Int64] | list[list[Int64]] | None = Field(
@@ -154,6 +164,20 @@ class RotaryRequest(_Request):
     )
     return_tables: bool = Field(default=False, description="also return cos and sin (N, rotary_dim)")
     dtype: FloatDType | None = Field(default=None, description="output dtype; default the dtype of q")
+
+    @model_validator(mode="after")
+    def _method_or_config(self) -> RotaryRequest:
+        if (self.method is None) == (self.config is None):
+            raise ValueError("give exactly one of 'method' (with params) or 'config' (with layer)")
+        if self.config is not None:
+            if self.layer is None:
+                raise ValueError("'config' needs 'layer', the index of the layer to rotate for")
+            from_config = {"params", "rotary_dim", "pairing"} & self.model_fields_set
+            if from_config:
+                raise ValueError(f"{sorted(from_config)} come from the config's layer; leave them out with 'config'")
+        elif self.layer is not None:
+            raise ValueError("'layer' goes with 'config'")
+        return self
 
 
 class EncodingRequest(_Request):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from posenc_client.resources.encodings import AsyncEncodings, Encodings
     from posenc_client.resources.jobs import AsyncJobs, Jobs
     from posenc_client.resources.methods import AsyncMethods, Methods
+    from posenc_client.resources.models import AsyncModels, Models
     from posenc_client.resources.rotary import AsyncRotary, Rotary
 
 
@@ -49,6 +50,12 @@ class Client(BaseClient):
         from posenc_client.resources.methods import Methods
 
         return Methods(self)
+
+    @cached_property
+    def models(self) -> Models:
+        from posenc_client.resources.models import Models
+
+        return Models(self)
 
     @cached_property
     def bias(self) -> Bias:
@@ -156,6 +163,12 @@ class AsyncClient(BaseClient):
         from posenc_client.resources.methods import AsyncMethods
 
         return AsyncMethods(self)
+
+    @cached_property
+    def models(self) -> AsyncModels:
+        from posenc_client.resources.models import AsyncModels
+
+        return AsyncModels(self)
 
     @cached_property
     def bias(self) -> AsyncBias:

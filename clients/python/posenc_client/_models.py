@@ -179,6 +179,25 @@ class ComputeJobSpec(BaseModel):
     """
 
 
+class ConfigWarningOut(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    code: Annotated[str, Field(title="Code")]
+    """
+    the bug pattern, e.g. sliding_layers_scaled, rope_theta_outside_rope_parameters
+    """
+    evidence: Annotated[dict[str, Any], Field(title="Evidence")]
+    """
+    the config values that show it
+    """
+    layers: Annotated[list[int], Field(title="Layers")]
+    """
+    the layers concerned (empty: the whole config)
+    """
+    message: Annotated[str, Field(title="Message")]
+
+
 class Corpus(RootModel[str]):
     root: Annotated[str, Field(max_length=4096, title="Corpus")]
     """
@@ -475,6 +494,62 @@ class KeyLength(RootModel[int]):
     """
 
 
+class Layer(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=1023, title="Layer")]
+    """
+    with config: the layer index
+    """
+
+
+class LayerRopeOut(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    attention_scale: Annotated[float, Field(title="Attention Scale")]
+    """
+    multiplies cos and sin (YaRN / LongRoPE): logits x its square
+    """
+    chunk: Annotated[int | None, Field(title="Chunk")] = None
+    head_dim: Annotated[int, Field(title="Head Dim")]
+    layer: Annotated[int, Field(title="Layer")]
+    layer_type: Annotated[str, Field(title="Layer Type")]
+    """
+    full_attention, sliding_attention or chunked_attention
+    """
+    method: Annotated[str | None, Field(title="Method")]
+    """
+    a registered rotary method, or null for a NoPE layer
+    """
+    mrope_section: Annotated[list[int] | None, Field(title="Mrope Section")] = None
+    pairing: Annotated[str, Field(title="Pairing")]
+    """
+    half (rotate_half) or interleaved
+    """
+    params: Annotated[dict[str, Any], Field(title="Params")]
+    """
+    in the method's own parameter names
+    """
+    query_temperature: Annotated[dict[str, Any] | None, Field(title="Query Temperature")] = None
+    rotary_dim: Annotated[int, Field(title="Rotary Dim")]
+    """
+    features rotated per head (0 on NoPE layers)
+    """
+    rotary_slice: Annotated[list[int], Field(title="Rotary Slice")]
+    """
+    [start, stop) of the rotated features in a head
+    """
+    shared_key_rope: Annotated[bool, Field(title="Shared Key Rope")] = False
+    """
+    MLA: one rotated key part shared by all heads
+    """
+    softmax_scale: Annotated[float, Field(title="Softmax Scale")]
+    """
+    the logits' multiplier before the softmax
+    """
+    softmax_scale_source: Annotated[str, Field(title="Softmax Scale Source")]
+    window: Annotated[int | None, Field(title="Window")] = None
+
+
 class Length(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1048576, title="Length")]
 
@@ -566,6 +641,26 @@ class MethodRef(BaseModel):
     )
     method: Annotated[str, Field(title="Method")]
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+
+
+class ModelPreset(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any], Field(title="Config")]
+    """
+    the rope-relevant fields of the model's published config.json
+    """
+    model_type: Annotated[str | None, Field(title="Model Type")]
+    name: Annotated[str, Field(title="Name")]
+
+
+class ModelPresetList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    count: Annotated[int, Field(title="Count")]
+    data: Annotated[list[ModelPreset], Field(title="Data")]
 
 
 class ModelSpec(BaseModel):
@@ -677,6 +772,29 @@ class Resolution(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1024)]
 
 
+class ResolveRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    """
+    a model's config.json as published: Hugging Face v4 rope_scaling or v5 rope_parameters (flat or per layer type), text_config nesting, partial_rotary_factor, head_dim, no_rope_layers, sliding and chunked attention keys, M-RoPE and MLA keys, vLLM's rope type spellings
+    """
+    preset: Annotated[str | None, Field(title="Preset")] = None
+    """
+    a preset's name from GET /v1/models, in place of config
+    """
+
+
+class ResolvedModel(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    layers: Annotated[list[LayerRopeOut], Field(title="Layers")]
+    model_type: Annotated[str | None, Field(title="Model Type")]
+    warnings: Annotated[list[ConfigWarningOut], Field(title="Warnings")]
+
+
 class RotaryDim(RootModel[int]):
     root: Annotated[int, Field(ge=2, title="Rotary Dim")]
     """
@@ -686,12 +804,17 @@ class RotaryDim(RootModel[int]):
 
 class RotaryRequest(BaseModel):
     """
-    ``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions.
+    ``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions, with a method and params or
+    with a model's config and a layer index.
     """
 
     model_config = ConfigDict(
         extra="allow",
     )
+    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    """
+    a model's config.json (any dialect POST /v1/models/resolve reads), in place of method and params: the layer's method, params, rotated slice and pairing come from it
+    """
     dtype: Annotated[
         Literal["float32", "float64", "bfloat16", "float16"] | None,
         Field(title="Dtype"),
@@ -707,9 +830,13 @@ class RotaryRequest(BaseModel):
     """
     omit with rotate='query'; same D as q
     """
-    method: Annotated[str, Field(title="Method")]
+    layer: Annotated[Layer | None, Field(title="Layer")] = None
     """
-    registered method name, see GET /v1/methods
+    with config: the layer index
+    """
+    method: Annotated[str | None, Field(title="Method")] = None
+    """
+    registered rotary method, see GET /v1/methods; or give config and layer
     """
     offset: Annotated[int, Field(ge=0, le=67108864, title="Offset")] = 0
     """

@@ -69,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     bias.add_argument("-o", "--output", type=Path, required=True, help="FILE.safetensors or FILE.npy")
     bias.set_defaults(run=_bias)
 
+    rope = commands.add_parser("rope", help="real models' rotary setups")
+    rope_commands = rope.add_subparsers(dest="rope_command", required=True, metavar="ROPE_COMMAND")
+    doctor = rope_commands.add_parser(
+        "doctor", help="resolve a model's config.json into per-layer rotations and print its warnings"
+    )
+    source = doctor.add_mutually_exclusive_group(required=True)
+    source.add_argument("config", nargs="?", type=Path, help="the model's config.json")
+    source.add_argument("--preset", help="a preset's name (posenc-client rope presets)")
+    doctor.add_argument("--json", action="store_true", help="print the resolution as JSON")
+    doctor.set_defaults(run=_rope_doctor)
+    presets = rope_commands.add_parser("presets", help="list the model presets")
+    presets.add_argument("--json", action="store_true")
+    presets.set_defaults(run=_rope_presets)
+
     jobs = commands.add_parser("jobs", help="submit, inspect, wait for and cancel jobs")
     job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")
 
@@ -175,6 +189,75 @@ def _bias(client: Client, args: argparse.Namespace) -> int:
         params=args.params,
     )
     print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
+    return 0
+
+
+def _rope_doctor(client: Client, args: argparse.Namespace) -> int:
+    resolved = client.models.resolve(args.config, preset=args.preset)
+    if args.json:
+        _print_json(resolved.model_dump(mode="json"))
+        return 0
+    print(f"model_type: {resolved.model_type}  layers: {len(resolved.layers)}")
+    _print_table(
+        ["layers", "type", "method", "params", "rotated", "pairing", "attn scale", "softmax scale", "window"],
+        [_layer_row(first, last, layer) for first, last, layer in _runs(resolved.layers)],
+    )
+    for warning in resolved.warnings:
+        where = f" (layers {_ranges(warning.layers)})" if warning.layers else ""
+        print(f"warning {warning.code}{where}: {warning.message}")
+        print(f"  evidence: {json.dumps(warning.evidence, default=str)}")
+    if not resolved.warnings:
+        print("no warnings")
+    return 0
+
+
+def _layer_key(layer: Any) -> str:
+    return json.dumps(layer.model_dump(mode="json", exclude={"layer"}), sort_keys=True, default=str)
+
+
+def _runs(layers: Sequence[Any]) -> list[tuple[int, int, Any]]:
+    """Consecutive layers with the same setup as (first, last, layer), so a 61-layer model prints few rows."""
+    runs: list[tuple[int, int, Any]] = []
+    for layer in layers:
+        if runs and _layer_key(runs[-1][2]) == _layer_key(layer) and runs[-1][1] == layer.layer - 1:
+            runs[-1] = (runs[-1][0], layer.layer, runs[-1][2])
+        else:
+            runs.append((layer.layer, layer.layer, layer))
+    return runs
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    spans: list[list[int]] = []
+    for index in indices:
+        if spans and spans[-1][1] == index - 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _layer_row(first: int, last: int, layer: Any) -> list[str]:
+    start, stop = layer.rotary_slice
+    window = layer.window or layer.chunk
+    return [
+        str(first) if first == last else f"{first}-{last}",
+        str(layer.layer_type),
+        layer.method or "NoPE",
+        _clip(json.dumps(layer.params, default=str), 60) if layer.method else "",
+        f"[{start}:{stop}] of {layer.head_dim}" if layer.method else "",
+        str(layer.pairing) if layer.method else "",
+        f"{layer.attention_scale:.6g}",
+        f"{layer.softmax_scale:.6g}",
+        "" if window is None else ("chunk " if layer.chunk else "") + str(window),
+    ]
+
+
+def _rope_presets(client: Client, args: argparse.Namespace) -> int:
+    presets = client.models.list()
+    if args.json:
+        _print_json([preset.model_dump(mode="json") for preset in presets])
+    else:
+        _print_table(["name", "model_type"], [[preset.name, str(preset.model_type)] for preset in presets])
     return 0
 
 

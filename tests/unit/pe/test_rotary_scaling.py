@@ -284,9 +284,15 @@ def test_llama3_matches_the_wavelength_rule() -> None:
     torch.testing.assert_close(frequencies("rope_llama3", {}, 128).inv_freq, f64(expected), rtol=1e-14, atol=0)
 
 
-def test_llama3_rejects_an_empty_band() -> None:
+def test_llama3_rejects_an_inverted_band_and_takes_an_empty_one() -> None:
     with pytest.raises(pydantic.ValidationError):
-        get_method("rope_llama3").parse_params({"low_freq_factor": 4, "high_freq_factor": 4})
+        get_method("rope_llama3").parse_params({"low_freq_factor": 4, "high_freq_factor": 2})
+    # Llama 4 ships low = high = 1: no smooth band, wavelengths below L kept, the others divided by the factor
+    params = {"low_freq_factor": 1, "high_freq_factor": 1, "factor": 16, "original_max_position_embeddings": 8192}
+    expected = [
+        omega if 2 * math.pi / omega < 8192 else omega / 16 for omega in rope_frequencies(500000.0, 128).tolist()
+    ]
+    torch.testing.assert_close(frequencies("rope_llama3", params, 128).inv_freq, f64(expected), rtol=1e-14, atol=0)
 
 
 # ---------------------------------------------------------------------------------------- LongRoPE (T13)

@@ -12,6 +12,7 @@ from posenc_client._transport import HTTPRequest
 from posenc_client._uploads import TensorArg, build_body
 from posenc_client.resources._base import AsyncResource, SyncResource
 from posenc_client.resources._compute import SAFETENSORS, compute_request, grid_json, params_or_empty
+from posenc_client.resources.models import ConfigSource, read_config
 
 FloatDType = Literal["float32", "float64", "bfloat16", "float16"]
 
@@ -20,11 +21,11 @@ def _rotary_request(
     q: Any,
     k: Any,
     *,
-    method: str,
+    method: str | None,
     params: dict[str, Any] | None,
     positions: Any,
     offset: int,
-    pairing: Literal["half", "interleaved"],
+    pairing: Literal["half", "interleaved"] | None,
     rotate: Literal["both", "query"],
     rotary_dim: int | None,
     return_tables: bool,
@@ -33,10 +34,19 @@ def _rotary_request(
     accept: str | None,
     grid: Sequence[int] | None = None,
     prefix_tokens: int = 0,
+    config: ConfigSource | None = None,
+    layer: int | None = None,
 ) -> HTTPRequest:
+    if config is not None:
+        if method is not None or params is not None or pairing is not None or rotary_dim is not None:
+            raise ValueError("with config, the layer's method, params, pairing and rotary_dim come from the config")
+        if layer is None:
+            raise ValueError("config needs layer, the index of the layer to rotate for")
     fields = {
-        "method": method,
-        "params": params_or_empty(params),
+        "method": method if config is not None or method is not None else "rope",
+        "params": None if config is not None else params_or_empty(params),
+        "config": None if config is None else read_config(config),
+        "layer": layer,
         "grid": grid_json(grid),
         "prefix_tokens": prefix_tokens or None,
         "offset": offset,
@@ -61,13 +71,15 @@ class Rotary(SyncResource):
         q: Any,
         k: Any = None,
         *,
-        method: str = "rope",
+        method: str | None = None,
         params: dict[str, Any] | None = None,
+        config: ConfigSource | None = None,
+        layer: int | None = None,
         positions: Any = None,
         grid: Sequence[int] | None = None,
         prefix_tokens: int = 0,
         offset: int = 0,
-        pairing: Literal["half", "interleaved"] = "half",
+        pairing: Literal["half", "interleaved"] | None = None,
         rotate: Literal["both", "query"] = "both",
         rotary_dim: int | None = None,
         return_tables: bool = False,
@@ -90,12 +102,18 @@ class Rotary(SyncResource):
           tokens, then this grid's in C order (N = prefix_tokens + prod(grid)).
 
         ``prefix_tokens`` (with a grid): tokens before the grid's (CLS, registers), not rotated (identity).
+
+        ``method`` (default ``"rope"``) and ``params``, or a model's ``config`` (a config.json path or its dict)
+        and ``layer``: that layer's method, params, rotated slice and pairing, as ``client.models.resolve``
+        reports them. ``pairing`` defaults to half (rotate_half).
         """
         request = _rotary_request(
             q,
             k,
             method=method,
             params=params,
+            config=config,
+            layer=layer,
             positions=positions,
             grid=grid,
             prefix_tokens=prefix_tokens,
@@ -118,13 +136,15 @@ class AsyncRotary(AsyncResource):
         q: Any,
         k: Any = None,
         *,
-        method: str = "rope",
+        method: str | None = None,
         params: dict[str, Any] | None = None,
+        config: ConfigSource | None = None,
+        layer: int | None = None,
         positions: Any = None,
         grid: Sequence[int] | None = None,
         prefix_tokens: int = 0,
         offset: int = 0,
-        pairing: Literal["half", "interleaved"] = "half",
+        pairing: Literal["half", "interleaved"] | None = None,
         rotate: Literal["both", "query"] = "both",
         rotary_dim: int | None = None,
         return_tables: bool = False,
@@ -139,6 +159,8 @@ class AsyncRotary(AsyncResource):
             k,
             method=method,
             params=params,
+            config=config,
+            layer=layer,
             positions=positions,
             grid=grid,
             prefix_tokens=prefix_tokens,

@@ -1,0 +1,70 @@
+"""``GET /v1/models`` (presets) and ``POST /v1/models/resolve``: real models' configs as per-layer rotary setups."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from posenc_client._models import ModelPreset, ModelPresetList, ResolvedModel
+from posenc_client._transport import HTTPRequest
+from posenc_client.resources._base import AsyncResource, SyncResource
+
+JSON_ACCEPT = {"Accept": "application/json"}
+ConfigSource = str | Path | Mapping[str, Any]
+
+
+def read_config(config: ConfigSource) -> dict[str, Any]:
+    """A config as a dict: a mapping as is, a path (str or Path) read as JSON (a config.json)."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    loaded = json.loads(Path(config).read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{config}: a model config is a JSON object, got {type(loaded).__name__}")
+    return loaded
+
+
+def _resolve_request(config: ConfigSource | None, preset: str | None) -> HTTPRequest:
+    if (config is None) == (preset is None):
+        raise ValueError("give a config (a dict or a config.json path) or a preset name, not both")
+    body = {"preset": preset} if preset is not None else {"config": read_config(config)}  # type: ignore[arg-type]
+    return HTTPRequest(method="POST", path="/v1/models/resolve", headers=JSON_ACCEPT, json_body=body)
+
+
+def _get_request(name: str) -> HTTPRequest:
+    if not name:
+        raise ValueError("a preset name is required")
+    return HTTPRequest(method="GET", path=f"/v1/models/{quote(name, safe='')}", headers=JSON_ACCEPT)
+
+
+_LIST = HTTPRequest(method="GET", path="/v1/models", headers=JSON_ACCEPT)
+
+
+class Models(SyncResource):
+    def resolve(self, config: ConfigSource | None = None, *, preset: str | None = None) -> ResolvedModel:
+        """One rotary setup per layer of a model (``layers``: method and params or None for NoPE, rotated
+        slice, pairing, scales, window, M-RoPE sections) and ``warnings`` for known bug patterns. ``config``: a
+        config.json path or its dict; or ``preset``: a name from ``list()``."""
+        response = self._client._request(_resolve_request(config, preset))
+        return ResolvedModel.model_validate_json(response.content)
+
+    def list(self) -> list[ModelPreset]:
+        """The presets: the rope-relevant fields of widely used models' configs."""
+        return ModelPresetList.model_validate_json(self._client._request(_LIST).content).data
+
+    def get(self, name: str) -> ModelPreset:
+        return ModelPreset.model_validate_json(self._client._request(_get_request(name)).content)
+
+
+class AsyncModels(AsyncResource):
+    async def resolve(self, config: ConfigSource | None = None, *, preset: str | None = None) -> ResolvedModel:
+        response = await self._client._request(_resolve_request(config, preset))
+        return ResolvedModel.model_validate_json(response.content)
+
+    async def list(self) -> list[ModelPreset]:
+        return ModelPresetList.model_validate_json((await self._client._request(_LIST)).content).data
+
+    async def get(self, name: str) -> ModelPreset:
+        return ModelPreset.model_validate_json((await self._client._request(_get_request(name))).content)

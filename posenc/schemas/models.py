@@ -1,0 +1,69 @@
+"""Model configs: ``GET /v1/models`` (presets), ``POST /v1/models/resolve`` (a config.json -> per-layer rotary
+setup and warnings). The fields mirror ``posenc.model_configs.LayerRope`` and ``ConfigWarning``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ResolveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    config: dict[str, Any] | None = Field(
+        default=None,
+        description="a model's config.json as published: Hugging Face v4 rope_scaling or v5 rope_parameters "
+        "(flat or per layer type), text_config nesting, partial_rotary_factor, head_dim, no_rope_layers, sliding "
+        "and chunked attention keys, M-RoPE and MLA keys, vLLM's rope type spellings",
+    )
+    preset: str | None = Field(default=None, description="a preset's name from GET /v1/models, in place of config")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ResolveRequest:
+        if (self.config is None) == (self.preset is None):
+            raise ValueError("give exactly one of 'config' or 'preset'")
+        return self
+
+
+class ConfigWarningOut(BaseModel):
+    code: str = Field(description="the bug pattern, e.g. sliding_layers_scaled, rope_theta_outside_rope_parameters")
+    message: str
+    layers: list[int] = Field(description="the layers concerned (empty: the whole config)")
+    evidence: dict[str, Any] = Field(description="the config values that show it")
+
+
+class LayerRopeOut(BaseModel):
+    layer: int
+    layer_type: str = Field(description="full_attention, sliding_attention or chunked_attention")
+    method: str | None = Field(description="a registered rotary method, or null for a NoPE layer")
+    params: dict[str, Any] = Field(description="in the method's own parameter names")
+    head_dim: int
+    rotary_dim: int = Field(description="features rotated per head (0 on NoPE layers)")
+    rotary_slice: list[int] = Field(description="[start, stop) of the rotated features in a head")
+    pairing: str = Field(description="half (rotate_half) or interleaved")
+    attention_scale: float = Field(description="multiplies cos and sin (YaRN / LongRoPE): logits x its square")
+    softmax_scale: float = Field(description="the logits' multiplier before the softmax")
+    softmax_scale_source: str
+    window: int | None = None
+    chunk: int | None = None
+    query_temperature: dict[str, Any] | None = None
+    mrope_section: list[int] | None = None
+    shared_key_rope: bool = Field(default=False, description="MLA: one rotated key part shared by all heads")
+
+
+class ResolvedModel(BaseModel):
+    model_type: str | None
+    layers: list[LayerRopeOut]
+    warnings: list[ConfigWarningOut]
+
+
+class ModelPreset(BaseModel):
+    name: str
+    model_type: str | None
+    config: dict[str, Any] = Field(description="the rope-relevant fields of the model's published config.json")
+
+
+class ModelPresetList(BaseModel):
+    data: list[ModelPreset]
+    count: int

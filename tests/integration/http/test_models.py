@@ -1,0 +1,104 @@
+"""``/v1/models`` and ``/v1/rotary`` with a config, through the real HTTP app: presets, resolution of configs
+in their own dialects, rotations for a config's layer, and 4xx that name the field."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from starlette.testclient import TestClient
+
+from posenc.model_presets import PRESETS
+
+JSON = {"Accept": "application/json"}
+
+
+def test_the_presets_are_listed_and_each_resolves(client: TestClient) -> None:
+    listed = client.get("/v1/models")
+    assert listed.status_code == 200, listed.text
+    body = listed.json()
+    assert body["count"] == len(PRESETS) == len(body["data"])
+    for preset in body["data"]:
+        resolved = client.post("/v1/models/resolve", json={"preset": preset["name"]})
+        assert resolved.status_code == 200, resolved.text
+        layers = resolved.json()["layers"]
+        assert len(layers) >= 1
+        assert all(layer["method"] is None or layer["rotary_dim"] > 0 for layer in layers)
+    one = client.get("/v1/models/gemma-3-4b")
+    assert one.status_code == 200
+    assert one.json()["config"] == PRESETS["gemma-3-4b"]
+
+
+def test_a_buggy_config_resolves_with_its_warning(client: TestClient) -> None:
+    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
+    del text["rope_scaling"], text["rope_local_base_freq"]
+    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}  # flat: every layer
+    response = client.post("/v1/models/resolve", json={"config": {"model_type": "gemma3", "text_config": text}})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["layers"][0]["method"] == "rope_linear"
+    [warning] = [w for w in body["warnings"] if w["code"] == "sliding_layers_scaled"]
+    assert warning["layers"][:5] == [0, 1, 2, 3, 4]
+    assert warning["evidence"]["factor"] == 8.0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "loc"),
+    [
+        ({"config": {"hidden_size": 64, "num_hidden_layers": 2}}, 422, ["body", "config", "num_attention_heads"]),
+        (
+            {"config": {"text_config": {"num_attention_heads": 2, "hidden_size": 8}}},
+            422,
+            ["body", "config", "text_config", "num_hidden_layers"],
+        ),
+        ({"config": {}, "preset": "qwen3-8b"}, 422, ["body"]),
+        ({"preset": "gpt-5"}, 404, None),
+    ],
+)
+def test_bad_resolve_requests(client: TestClient, body: dict[str, Any], status: int, loc: list[str] | None) -> None:
+    response = client.post("/v1/models/resolve", json=body)
+    assert response.status_code == status, response.text
+    if loc is not None:
+        assert loc in [error["loc"] for error in response.json()["errors"]], response.json()
+    else:
+        assert "gpt-5" in response.json()["detail"]
+
+
+def test_rotary_with_a_config_rotates_the_layers_slice(
+    client: TestClient, inline: Callable[[torch.Tensor], dict[str, Any]]
+) -> None:
+    q = torch.randn(1, 2, 5, 192, generator=torch.Generator().manual_seed(0))  # DeepSeek-V3: 128 + 64 features
+    body = {"config": PRESETS["deepseek-v3"], "layer": 0, "q": inline(q), "k": inline(q)}
+    response = client.post("/v1/rotary", json=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    rotated = torch.tensor(result["tensors"]["q"]["data"]).reshape(1, 2, 5, 192)
+    assert torch.equal(rotated[..., :128], q[..., :128])  # the no-rope part passes through
+    assert not torch.allclose(rotated[:, :, 1:, 128:], q[:, :, 1:, 128:])  # the rope part turns (position 0: not)
+    torch.testing.assert_close(rotated[:, :, 0], q[:, :, 0])
+    assert result["meta"]["rotary_slice"] == [128, 192]
+    assert result["meta"]["pairing"] == "interleaved"
+    assert result["meta"]["method"] == "rope_yarn"
+
+
+@pytest.mark.parametrize(
+    ("change", "loc"),
+    [
+        ({"layer": 3}, ["body", "layer"]),  # SmolLM3's layer 3 is NoPE
+        ({"layer": None}, ["body"]),
+        ({"method": "rope"}, ["body"]),
+        ({"pairing": "interleaved"}, ["body"]),
+        ({"q": {"random": {"shape": [1, 1, 2, 64]}}}, ["body", "q", "shape"]),
+    ],
+)
+def test_rotary_with_a_config_refuses_with_the_field(
+    client: TestClient, inline: Callable[[torch.Tensor], dict[str, Any]], change: dict[str, Any], loc: list[str]
+) -> None:
+    q = inline(torch.zeros(1, 1, 2, 128))
+    body = {"config": PRESETS["smollm3-3b"], "layer": 0, "q": q, "k": q, **change}
+    response = client.post("/v1/rotary", json={key: value for key, value in body.items() if value is not None})
+    assert response.status_code == 422, response.text
+    assert loc in [error["loc"] for error in response.json()["errors"]], response.json()

@@ -1,0 +1,105 @@
+"""Real models' configs through the SDK and the CLI against a live gateway: the README's examples as written,
+``client.models`` sync and async, and ``posenc-client rope doctor`` on a config file with a known bug."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from posenc.model_presets import PRESETS
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[3]
+CLI = str(Path(sys.executable).with_name("posenc-client"))
+BLOCK = re.compile(r"<!-- rope-examples:begin -->(.*?)<!-- rope-examples:end -->", re.S)
+
+
+def readme_blocks(language: str) -> list[str]:
+    match = BLOCK.search((ROOT / "README.md").read_text())
+    assert match, "README.md has no rope-examples block"
+    return re.findall(rf"```{language}\n(.*?)```", match.group(1), flags=re.S)
+
+
+def buggy_gemma_config() -> dict[str, Any]:
+    """Gemma 3 with a flat v5 rope_parameters: the global linear factor reaches the sliding layers."""
+    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
+    del text["rope_scaling"], text["rope_local_base_freq"]
+    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+    return {"model_type": "gemma3", "text_config": text}
+
+
+def test_the_readme_python_example_runs_as_written(compute_gateway: Any, tmp_path: Path) -> None:
+    [example] = readme_blocks("python")
+    env = {**os.environ, "POSENC_BASE_URL": compute_gateway.url}
+    ran = subprocess.run(
+        [sys.executable, "-c", example], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+    )
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0].startswith("4 sliding_attention rope {'base': 10000.0} 1024")
+    assert lines[1].startswith("5 full_attention rope_linear {'base': 1000000.0, 'factor': 8.0} None")
+    assert lines[2].startswith("deepseek rotates [128, 192] softmax scale 0.1352")
+
+
+def test_the_readme_cli_examples_run_as_written(compute_gateway: Any, tmp_path: Path) -> None:
+    [block] = readme_blocks("bash")
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["posenc-client rope doctor --preset deepseek-v3", "posenc-client rope doctor config.json"]
+    (tmp_path / "config.json").write_text(json.dumps(buggy_gemma_config()))
+    outputs = []
+    for command in commands:
+        argv = [CLI, "--base-url", compute_gateway.url, *shlex.split(command)[1:]]
+        ran = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        outputs.append(ran.stdout)
+    deepseek, gemma = outputs
+    assert "0-60" in deepseek
+    assert "rope_yarn" in deepseek
+    assert "[128:192] of 192" in deepseek
+    assert "warning static_yarn (layers 0-60)" in deepseek
+    assert "warning sliding_layers_scaled (layers 0-4,6-10,12-16,18-22,24-28,30-33)" in gemma
+
+
+def test_doctor_json_and_errors(compute_gateway: Any, tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2}))
+    bad = subprocess.run(
+        [CLI, "--base-url", compute_gateway.url, "rope", "doctor", str(tmp_path / "bad.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 1
+    assert "num_attention_heads" in bad.stderr
+    listed = subprocess.run(
+        [CLI, "--base-url", compute_gateway.url, "rope", "presets", "--json"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert {preset["name"] for preset in json.loads(listed.stdout)} == set(PRESETS)
+
+
+def test_models_sync_and_async(call: Callable[..., Any], tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(buggy_gemma_config()))
+    from_file = call(lambda client: client.models.resolve(path))
+    assert "sliding_layers_scaled" in {warning.code for warning in from_file.warnings}
+    from_dict = call(lambda client: client.models.resolve(PRESETS["llama-3.1-8b"]))
+    assert {layer.method for layer in from_dict.layers} == {"rope_llama3"}
+    presets = call(lambda client: client.models.list())
+    assert {preset.name for preset in presets} == set(PRESETS)
+    rotated = call(
+        lambda client: client.rotary.apply(
+            {"random": {"shape": [1, 1, 4, 128], "seed": 1}}, config=PRESETS["qwen3-8b"], layer=0, rotate="query"
+        )
+    )
+    assert tuple(rotated.q.shape) == (1, 1, 4, 128)
+    assert rotated.meta["config_layer"]["method"] == "rope"

@@ -1,0 +1,344 @@
+"""Model configs resolved into per-layer rotary setups, checked against Hugging Face transformers' own code (a
+pinned test-only dependency): for every preset and for configs written in each dialect, the same inverse
+frequencies (to float32 rounding), attention scales, softmax scales, NoPE layers and rotated q/k; and each
+warning raised by a config with the bug and absent from the fixed one."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+from typing import Any
+
+import pytest
+import torch
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from posenc.compute import prepare
+from posenc.errors import FieldErrors, InvalidInput
+from posenc.model_configs import LayerRope, resolve_config
+from posenc.model_presets import PRESETS
+from posenc.schemas.compute import RotaryRequest
+
+FLOAT32_POW = 2e-6  # relative: float32 rounding of transformers' θ^(2k/d), see the first test
+logging.getLogger("transformers").setLevel(logging.ERROR)  # Llama 4's equal band factors log a warning
+
+
+def hf_text_config(config: dict[str, Any]) -> Any:
+    """The config object transformers builds from a config.json (its text part for multimodal models)."""
+    fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
+    return CONFIG_MAPPING[config["model_type"]](**fields).get_text_config()
+
+
+def hf_module(text: Any) -> Any:
+    return importlib.import_module(type(text).__module__.replace("configuration_", "modeling_"))
+
+
+def hf_rotary(text: Any) -> Any:
+    module = hf_module(text)
+    [name] = [name for name in dir(module) if name.endswith("RotaryEmbedding") and "Vision" not in name]
+    return getattr(module, name)(text)
+
+
+def hf_frequencies(rotary: Any, layer_type: str) -> tuple[torch.Tensor, float]:
+    """(inv_freq, attention scaling) of a layer type: per-type buffers (Gemma 3) or the one set."""
+    inv_freq = getattr(rotary, f"{layer_type}_inv_freq", None)
+    if inv_freq is None:
+        return rotary.inv_freq, float(rotary.attention_scaling)
+    return inv_freq, float(getattr(rotary, f"{layer_type}_attention_scaling"))
+
+
+def inline(t: torch.Tensor) -> dict[str, Any]:
+    return {"shape": list(t.shape), "data": t.flatten().tolist()}
+
+
+def our_inv_freq(layer: LayerRope) -> torch.Tensor:
+    from posenc.model_configs import layer_frequencies
+
+    return layer_frequencies(layer).inv_freq
+
+
+# --------------------------------------------------------------------------------------------- presets
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_has_the_frequencies_and_scales_transformers_computes(name: str) -> None:
+    config = PRESETS[name]
+    resolved = resolve_config(config)
+    text = hf_text_config(config)
+    assert len(resolved.layers) == text.num_hidden_layers
+    rotary = hf_rotary(text)
+    for layer in resolved.layers:
+        if layer.method is None:
+            continue
+        expected, scaling = hf_frequencies(rotary, layer.layer_type)
+        ours = our_inv_freq(layer)
+        assert ours.shape == expected.shape, (name, layer.layer)
+        # ours are float64 from the formula, transformers' float32: θ^(2k/d) with the exponent rounded to float32
+        # is off by up to ln θ · 2^-24 relative (8e-7 at θ = 5e5)
+        torch.testing.assert_close(ours.to(torch.float32), expected.to(torch.float32), rtol=FLOAT32_POW, atol=0)
+        assert layer.attention_scale == pytest.approx(scaling, rel=1e-6), (name, layer.layer)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_has_the_layer_types_nope_layers_and_softmax_scale_of_transformers(name: str) -> None:
+    config = PRESETS[name]
+    resolved = resolve_config(config)
+    text = hf_text_config(config)
+    declared = getattr(text, "layer_types", None)
+    if declared is not None:
+        assert [layer.layer_type for layer in resolved.layers] == list(declared)
+    rope_layers = getattr(text, "no_rope_layers", None) or [1] * text.num_hidden_layers  # 1: the layer rotates
+    assert [layer.method is not None for layer in resolved.layers] == [bool(flag) for flag in rope_layers]
+    module = hf_module(text)
+    [attention_name] = [n for n in dir(module) if n.endswith("Attention") and "Vision" not in n]
+    with torch.device("meta"):  # the projections of a 671B model's layer are not allocated
+        attention = getattr(module, attention_name)(text, layer_idx=0)
+    assert resolved.layers[0].softmax_scale == pytest.approx(attention.scaling, rel=1e-9)
+
+
+def test_some_presets_resolve_to_what_their_model_cards_say() -> None:
+    llama4 = resolve_config(PRESETS["llama-4-scout-17b-16e"])
+    assert [layer.method is None for layer in llama4.layers[:8]] == [False, False, False, True] * 2
+    assert llama4.layers[3].query_temperature is not None
+    assert llama4.layers[0].query_temperature is None
+    assert {layer.chunk for layer in llama4.layers if layer.method} == {8192}
+    assert llama4.layers[0].pairing == "interleaved"
+    gemma = resolve_config(PRESETS["gemma-3-4b"])
+    assert [layer.layer_type for layer in gemma.layers[:6]] == ["sliding_attention"] * 5 + ["full_attention"]
+    assert gemma.layers[0].method == "rope"
+    assert gemma.layers[0].params == {"base": 10000.0}
+    assert gemma.layers[5].method == "rope_linear"
+    assert gemma.layers[5].params["factor"] == 8.0
+    assert gemma.layers[0].window == 1024
+    assert gemma.layers[5].window is None
+    deepseek = resolve_config(PRESETS["deepseek-v3"]).layers[0]
+    assert (deepseek.head_dim, deepseek.rotary_slice, deepseek.shared_key_rope) == (192, (128, 192), True)
+    qwen_vl = resolve_config(PRESETS["qwen2.5-vl-7b"]).layers[0]
+    assert qwen_vl.mrope_section == [16, 24, 24]
+    assert not resolve_config(PRESETS["llama-3.1-8b"]).warnings
+
+
+# --------------------------------------------------------------------------------------------- rotated q/k
+def hf_rotate(name: str, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> Any:
+    """q and k rotated by transformers' own rotary class and apply function for the preset's model."""
+    text = hf_text_config(PRESETS[name])
+    module, rotary = hf_module(text), hf_rotary(text)
+    ids = positions[None]  # (1, N)
+    if name.startswith("llama-4"):
+        freqs_cis = rotary(q, ids)  # (1, N, d/2) complex
+        q_out, k_out = module.apply_rotary_emb(q.transpose(1, 2), k.transpose(1, 2), freqs_cis)  # (B, N, H, d)
+        return q_out.transpose(1, 2), k_out.transpose(1, 2)
+    kwargs = {"layer_type": layer.layer_type} if hasattr(rotary, f"{layer.layer_type}_inv_freq") else {}
+    cos, sin = rotary(q, ids, **kwargs)  # (1, N, d) each
+    start, stop = layer.rotary_slice
+    if name.startswith("deepseek"):
+        q_rot, k_rot = module.apply_rotary_pos_emb_interleave(q[..., start:stop], k[..., start:stop], cos, sin)
+        # transformers returns the rotated pairs de-interleaved (evens, then odds): the same permutation of q and
+        # k, so scores are unchanged; posenc rotates the pairs in place. Interleave back to compare.
+        q_rot, k_rot = (torch.stack(t.chunk(2, dim=-1), dim=-1).flatten(-2) for t in (q_rot, k_rot))
+    else:
+        q_rot, k_rot = module.apply_rotary_pos_emb(q[..., start:stop], k[..., start:stop], cos, sin)
+    return torch.cat((q[..., :start], q_rot, q[..., stop:]), -1), torch.cat((k[..., :start], k_rot, k[..., stop:]), -1)
+
+
+@pytest.mark.parametrize(
+    ("name", "layer_index"),
+    [
+        ("llama-3.1-8b", 0),
+        ("gemma-3-4b", 0),  # a sliding layer: its own θ, unscaled
+        ("gemma-3-4b", 5),  # a global layer: linear factor 8
+        ("gpt-oss-20b", 1),
+        ("deepseek-v3", 0),  # the last 64 of 192 features, interleaved pairs
+        ("llama-4-scout-17b-16e", 0),  # complex (interleaved) rotation
+        ("qwen3-8b", 3),
+    ],
+)
+def test_rotary_with_a_config_and_a_layer_rotates_as_transformers_does(name: str, layer_index: int) -> None:
+    layer = resolve_config(PRESETS[name]).layers[layer_index]
+    generator = torch.Generator().manual_seed(layer_index)
+    q = torch.randn(1, 2, 6, layer.head_dim, generator=generator)  # (B, H, N, D)
+    k = torch.randn(1, 2, 6, layer.head_dim, generator=generator)
+    positions = torch.tensor([0, 1, 7, 300, 2048, 4095])
+    request = RotaryRequest.model_validate(
+        {
+            "config": PRESETS[name],
+            "layer": layer_index,
+            "q": inline(q),
+            "k": inline(k),
+            "positions": positions.tolist(),
+        }
+    )
+    result = prepare("rotary", request).run()
+    expected_q, expected_k = hf_rotate(name, layer, q, k, positions)
+    # transformers forms the angles in float32 (n·ω rounded: ~n·2^-24 rad), posenc in float64
+    torch.testing.assert_close(result.tensors["q"], expected_q, rtol=0, atol=5e-4)
+    torch.testing.assert_close(result.tensors["k"], expected_k, rtol=0, atol=5e-4)
+    assert result.meta["config_layer"]["layer"] == layer_index
+    assert result.meta["rotary_slice"] == list(layer.rotary_slice)
+
+
+def test_rotary_refuses_a_nope_layer_and_a_layer_past_the_end() -> None:
+    q = inline(torch.zeros(1, 1, 2, 128))
+    for layer, message in [(3, "NoPE"), (36, "at most 35")]:
+        request = RotaryRequest.model_validate({"config": PRESETS["smollm3-3b"], "layer": layer, "q": q, "k": q})
+        with pytest.raises(InvalidInput, match=message) as raised:
+            prepare("rotary", request)
+        assert raised.value.loc == ("body", "layer")
+
+
+# --------------------------------------------------------------------------------------------- dialects
+def v5(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config in Hugging Face v5's spelling: rope_parameters holding rope_theta."""
+    converted = copy.deepcopy(config)
+    rope = converted.pop("rope_scaling", None) or {"rope_type": "default"}
+    rope = {("rope_type" if key == "type" else key): value for key, value in rope.items()}
+    rope["rope_theta"] = converted.pop("rope_theta", 10000.0)
+    converted["rope_parameters"] = rope
+    return converted
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "deepseek-v3", "gpt-oss-20b", "qwen2.5-7b"])
+def test_v4_and_v5_spellings_resolve_alike_and_as_transformers_reads_them(name: str) -> None:
+    v4_layers = resolve_config(PRESETS[name]).layers
+    converted = v5(PRESETS[name])
+    v5_layers = resolve_config(converted).layers
+    assert [layer.to_json() for layer in v5_layers] == [layer.to_json() for layer in v4_layers]
+    rotary = hf_rotary(hf_text_config(converted))
+    expected, scaling = hf_frequencies(rotary, v5_layers[0].layer_type)
+    torch.testing.assert_close(our_inv_freq(v5_layers[0]).float(), expected.float(), rtol=FLOAT32_POW, atol=0)
+    assert v5_layers[0].attention_scale == pytest.approx(scaling, rel=1e-6)
+
+
+def test_gemma3_per_layer_type_rope_parameters_resolve_like_its_v4_config() -> None:
+    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
+    del text["rope_scaling"], text["rope_local_base_freq"], text["sliding_window_pattern"]
+    text["layer_types"] = [layer.layer_type for layer in resolve_config(PRESETS["gemma-3-4b"]).layers]
+    text["rope_parameters"] = {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    }
+    nested = resolve_config({"model_type": "gemma3", "text_config": text})
+    original = resolve_config(PRESETS["gemma-3-4b"])
+    assert [layer.to_json() for layer in nested.layers] == [layer.to_json() for layer in original.layers]
+    assert not nested.warnings
+
+
+@pytest.mark.parametrize(
+    ("spelling", "method"), [("su", "rope_longrope"), ("deepseek_yarn", "rope_yarn"), ("mrope", "rope")]
+)
+def test_vllm_spellings_of_the_rope_type(spelling: str, method: str) -> None:
+    rope: dict[str, Any] = {"type": spelling}
+    if spelling == "su":
+        rope |= {"short_factor": [1.0] * 32, "long_factor": [2.0] * 32}
+    if spelling == "deepseek_yarn":
+        rope |= {"factor": 4.0, "original_max_position_embeddings": 4096}
+    if spelling == "mrope":
+        rope |= {"mrope_section": [16, 8, 8]}
+    config = {
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 16384,
+        "original_max_position_embeddings": 4096,
+        "rope_scaling": rope,
+    }
+    assert resolve_config(config).layers[0].method == method
+
+
+def test_partial_rotation_keys() -> None:
+    base = {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 1}
+    assert resolve_config({**base, "partial_rotary_factor": 0.5}).layers[0].rotary_dim == 32
+    assert resolve_config({**base, "rotary_pct": 0.25}).layers[0].rotary_dim == 16
+    assert resolve_config({**base, "rotary_dim": 24}).layers[0].rotary_dim == 24
+
+
+# --------------------------------------------------------------------------------------------- warnings
+BASE = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "max_position_embeddings": 32768}
+GEMMA_TYPES = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+WARNING_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "rope_theta_outside_rope_parameters": (
+        {**BASE, "rope_theta": 500000.0, "rope_parameters": {"rope_type": "default"}},
+        {**BASE, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+    ),
+    "rope_theta_conflict": (
+        {**BASE, "rope_theta": 500000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+        {**BASE, "rope_theta": 500000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+    ),
+    "sliding_layers_scaled": (
+        {
+            **BASE,
+            "model_type": "gemma3_text",
+            "layer_types": GEMMA_TYPES,
+            "sliding_window": 512,
+            "rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+        },
+        {
+            **BASE,
+            "model_type": "gemma3_text",
+            "layer_types": GEMMA_TYPES,
+            "sliding_window": 512,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        },
+    ),
+    "partial_rotary_conflict": (
+        {
+            **BASE,
+            "partial_rotary_factor": 0.5,
+            "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25},
+        },
+        {
+            **BASE,
+            "partial_rotary_factor": 0.5,
+            "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5},
+        },
+    ),
+    "static_yarn": (
+        {**BASE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}},
+        {**BASE, "rope_scaling": None},
+    ),
+    "dynamic_scaling_stale_cache": (
+        {**BASE, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        {**BASE, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    ),
+    "mrope_section_mismatch": (
+        {**BASE, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 16]}},
+        {**BASE, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+    ),
+}
+
+
+@pytest.mark.parametrize("code", sorted(WARNING_CASES))
+def test_each_warning_comes_from_the_config_with_the_bug_and_not_from_the_fixed_one(code: str) -> None:
+    buggy, fixed = WARNING_CASES[code]
+    raised = [warning for warning in resolve_config(buggy).warnings if warning.code == code]
+    assert len(raised) == 1, resolve_config(buggy).warnings
+    assert raised[0].message
+    assert raised[0].evidence
+    assert code not in {warning.code for warning in resolve_config(fixed).warnings}
+
+
+def test_the_sliding_warning_names_the_sliding_layers_and_their_evidence() -> None:
+    buggy, _ = WARNING_CASES["sliding_layers_scaled"]
+    [warning] = [w for w in resolve_config(buggy).warnings if w.code == "sliding_layers_scaled"]
+    assert warning.layers == [0, 1, 2]
+    assert warning.evidence["factor"] == 8.0
+
+
+# --------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("config", "loc"),
+    [
+        ({"hidden_size": 64, "num_hidden_layers": 2}, ("num_attention_heads",)),
+        ({**BASE, "rope_scaling": {"rope_type": "quantum"}}, ("rope_scaling", "rope_type")),
+        ({"text_config": {"hidden_size": 64, "num_attention_heads": 2}}, ("text_config", "num_hidden_layers")),
+        ({**BASE, "layer_types": ["full_attention"]}, ("layer_types",)),
+        ({**BASE, "no_rope_layers": [1, 1]}, ("no_rope_layers",)),
+    ],
+)
+def test_configs_that_cannot_be_resolved_name_the_key(config: dict[str, Any], loc: tuple[str, ...]) -> None:
+    with pytest.raises((InvalidInput, FieldErrors)) as raised:
+        resolve_config(config)
+    assert isinstance(raised.value, InvalidInput)
+    assert raised.value.loc == loc
