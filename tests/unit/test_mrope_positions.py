@@ -54,7 +54,8 @@ def transformers_ids(rule: str, segments: list[Segment]) -> torch.Tensor:
         video_grid_thw=torch.tensor(videos) if videos else None,
         second_per_grid_ts=torch.tensor(seconds) if seconds else None,
     )
-    return position_ids[:, 0]  # (3, N)
+    ids: torch.Tensor = position_ids[:, 0]  # (3, N)
+    return ids
 
 
 def as_qwen3(segments: list[Segment]) -> list[Segment]:
@@ -79,7 +80,7 @@ SEQUENCES = {
         Segment("text", length=2),
         Segment("video", grid=(3, 4, 4), seconds_per_grid=0.5),
         Segment("text", length=3),
-    ],  # fmt: skip
+    ],
     "long video": [Segment("video", grid=(8, 2, 2), seconds_per_grid=1.0), Segment("text", length=2)],
     "two images": [Segment("image", grid=(1, 2, 4)), Segment("text", length=1), Segment("image", grid=(1, 6, 2))],
 }
@@ -108,7 +109,8 @@ def test_a_video_whose_time_outruns_its_grid_warns_that_the_two_advance_rules_di
     before = mrope_position_ids(
         long_video, rule="qwen2_5_vl", spatial_merge_size=2, tokens_per_second=2, advance="max_id"
     )
-    assert now.warnings and before.warnings
+    assert now.warnings
+    assert before.warnings
     assert int(now.ids[0, -1]) == 1  # max(H, W)/m = 1 past the start
     assert int(before.ids[0, -1]) == 15  # one past τ(7) = 7 · 2 · 1 = 14
     square = [Segment("image", grid=(1, 4, 4)), Segment("text", length=1)]
