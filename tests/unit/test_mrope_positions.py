@@ -24,7 +24,9 @@ def transformers_ids(rule: str, segments: list[Segment]) -> torch.Tensor:
     """(3, N) from the model class's own get_rope_index, on a stand-in ``self`` holding only its config."""
     model = MODELS[rule]
     types: list[int] = []
-    images, videos, seconds = [], [], []
+    images: list[tuple[int, int, int]] = []
+    videos: list[tuple[int, int, int]] = []
+    seconds: list[float] = []
     for segment in segments:
         if segment.kind == "text":
             types += [0] * segment.length
