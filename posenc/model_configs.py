@@ -508,3 +508,88 @@ def _pattern_warnings(
             )
         )
     return warnings
+
+
+# ---------------------------------------------------------------------------------------------- dialects
+HF_ROPE_TYPES = {"su": "longrope", "deepseek_yarn": "yarn", "mrope": "default"}  # vLLM / older spellings
+
+
+def _canonical_rope(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A rope dict with ``rope_type`` (not ``type``) in Hugging Face's spelling of the type."""
+    converted = {key: value for key, value in block.items() if key != "type"}
+    rope_type = block.get("rope_type", block.get("type", "default"))
+    converted["rope_type"] = HF_ROPE_TYPES.get(rope_type, rope_type)
+    return converted
+
+
+def convert_config(config: Mapping[str, Any], to: str) -> dict[str, Any]:
+    """The same model config in another dialect: ``"v5"`` (Hugging Face v5: ``rope_parameters`` holding
+    ``rope_theta`` and ``partial_rotary_factor``, one dict per layer type when the layer types differ) or ``"v4"``
+    (``rope_scaling`` next to a top-level ``rope_theta``; Gemma 3's sliding θ as ``rope_local_base_freq``).
+    vLLM's rope-type spellings become Hugging Face's. Resolving the result gives the same layers."""
+    if to not in ("v4", "v5"):
+        raise InvalidInput(("to",), f"must be 'v4' or 'v5', got {to!r}")
+    resolved = resolve_config(config)  # refuses what cannot be read, before anything is rewritten
+    converted = dict(config)
+    text = dict(text_config(config))
+    with located(("text_config",) if "text_config" in config else ()):
+        text = _convert_v5(text, resolved) if to == "v5" else _convert_v4(text, resolved)
+    if "text_config" in config:
+        converted["text_config"] = text
+        return converted
+    return text
+
+
+def _convert_v5(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any]:
+    theta = text.pop("rope_theta", None)
+    factor = text.pop("partial_rotary_factor", None)
+    local_theta = text.pop("rope_local_base_freq", None)
+    block = text.pop("rope_scaling", None) or text.pop("rope_parameters", None) or {}
+    types = {layer.layer_type for layer in resolved.layers}
+    nested = bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
+    if nested:
+        text["rope_parameters"] = {
+            key: None if value is None else _canonical_rope(value) for key, value in block.items()
+        }
+        return text
+    flat = _canonical_rope(block)
+    if theta is not None:
+        flat.setdefault("rope_theta", theta)
+    flat.setdefault("rope_theta", DEFAULT_THETA)
+    if factor is not None:
+        flat.setdefault("partial_rotary_factor", factor)
+    if local_theta is not None and SLIDING in types:
+        if "layer_types" not in text:
+            text["layer_types"] = [layer.layer_type for layer in resolved.layers]
+            text.pop("sliding_window_pattern", None)
+        text["rope_parameters"] = {
+            FULL: flat,
+            SLIDING: {"rope_type": "default", "rope_theta": local_theta},
+        }
+        return text
+    text["rope_parameters"] = flat
+    return text
+
+
+def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any]:
+    block = text.pop("rope_parameters", None)
+    if block is None:
+        return text  # already v4 (or no rope dict at all)
+    nested = bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
+    if nested:
+        sliding, full = block.get(SLIDING), block.get(FULL)
+        if set(block) - {FULL, SLIDING} or sliding is None or full is None:
+            raise InvalidInput(("rope_parameters",), "v4 has no per-layer-type rope dicts beyond Gemma's sliding θ")
+        sliding = _canonical_rope(sliding)
+        if sliding["rope_type"] != "default" or set(sliding) - {"rope_type", "rope_theta"}:
+            raise InvalidInput(
+                ("rope_parameters", SLIDING), "v4 gives sliding layers only an unscaled θ (rope_local_base_freq)"
+            )
+        text["rope_local_base_freq"] = sliding.get("rope_theta", DEFAULT_THETA)
+        block = full
+    rope = _canonical_rope(block)
+    text["rope_theta"] = rope.pop("rope_theta", text.get("rope_theta", DEFAULT_THETA))
+    if "partial_rotary_factor" in rope:
+        text["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+    text["rope_scaling"] = None if rope == {"rope_type": "default"} else rope
+    return text

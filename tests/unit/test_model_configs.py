@@ -16,7 +16,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.compute import prepare
 from posenc.errors import FieldErrors, InvalidInput
-from posenc.model_configs import LayerRope, resolve_config
+from posenc.model_configs import LayerRope, convert_config, resolve_config, text_config
 from posenc.model_presets import PRESETS
 from posenc.schemas.compute import RotaryRequest
 
@@ -342,3 +342,29 @@ def test_configs_that_cannot_be_resolved_name_the_key(config: dict[str, Any], lo
         resolve_config(config)
     assert isinstance(raised.value, InvalidInput)
     assert raised.value.loc == loc
+
+
+# --------------------------------------------------------------------------------------------- conversion
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_converting_a_preset_between_dialects_keeps_every_layer(name: str) -> None:
+    original = [layer.to_json() for layer in resolve_config(PRESETS[name]).layers]
+    as_v5 = convert_config(PRESETS[name], "v5")
+    assert "rope_scaling" not in text_config(as_v5)
+    assert [layer.to_json() for layer in resolve_config(as_v5).layers] == original
+    back = convert_config(as_v5, "v4")
+    assert "rope_parameters" not in text_config(back)
+    assert [layer.to_json() for layer in resolve_config(back).layers] == original
+    # transformers reads the v5 spelling to the same frequencies
+    layer = next(layer for layer in resolve_config(as_v5).layers if layer.method is not None)
+    expected, _ = hf_frequencies(hf_rotary(hf_text_config(as_v5)), layer.layer_type)
+    torch.testing.assert_close(our_inv_freq(layer).float(), expected.float(), rtol=FLOAT32_POW, atol=0)
+
+
+def test_converting_a_per_layer_config_v4_cannot_hold_is_refused() -> None:
+    config = {**BASE, "layer_types": GEMMA_TYPES, "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
+    }}  # fmt: skip
+    with pytest.raises(InvalidInput) as raised:
+        convert_config(config, "v4")
+    assert raised.value.loc == ("rope_parameters", "sliding_attention")
