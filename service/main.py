@@ -26,7 +26,7 @@ from service.errors import install_error_handlers
 from service.limits import BodySizeLimit, ComputeSlots, KeyRing, RateLimiter, authenticate
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import document_problems
-from service.routers import compute, health, jobs, methods, models
+from service.routers import compute, health, jobs, methods, models, rope
 
 EXPOSED_HEADERS = [
     "X-Tensor-Shape",
@@ -96,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(methods.router, dependencies=guarded)
     app.include_router(compute.router, dependencies=guarded)
     app.include_router(models.router, dependencies=guarded)
+    app.include_router(rope.router, dependencies=guarded)
     app.include_router(jobs.router, dependencies=guarded)
 
     def openapi() -> dict[str, Any]:

@@ -102,3 +102,32 @@ def test_rotary_with_a_config_refuses_with_the_field(
     response = client.post("/v1/rotary", json={key: value for key, value in body.items() if value is not None})
     assert response.status_code == 422, response.text
     assert loc in [error["loc"] for error in response.json()["errors"]], response.json()
+
+
+def test_position_ids_for_text_and_an_image(client: TestClient) -> None:
+    body = {
+        "segments": [
+            {"kind": "text", "length": 2},
+            {"kind": "image", "grid": [1, 4, 4]},
+            {"kind": "text", "length": 1},
+        ],
+        "rule": "qwen2_5_vl",
+    }
+    response = client.post("/v1/rope/position_ids", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["ids"] == [[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]]
+    assert result["next_position"] == 5
+    bad = client.post("/v1/rope/position_ids", json={"segments": [{"kind": "video", "grid": [2, 3, 4]}]})
+    assert bad.status_code == 422
+    assert ["body", "segments", 0, "grid"] in [error["loc"] for error in bad.json()["errors"]]
+
+
+def test_a_config_converts_between_dialects(client: TestClient) -> None:
+    response = client.post("/v1/models/convert", json={"config": PRESETS["gemma-3-4b"], "to": "v5"})
+    assert response.status_code == 200, response.text
+    text = response.json()["config"]["text_config"]
+    assert text["rope_parameters"]["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}
+    again = client.post("/v1/models/resolve", json={"config": response.json()["config"]})
+    original = client.post("/v1/models/resolve", json={"preset": "gemma-3-4b"})
+    assert again.json()["layers"] == original.json()["layers"]
