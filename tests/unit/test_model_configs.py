@@ -27,6 +27,11 @@ logging.getLogger("transformers").setLevel(logging.ERROR)  # Llama 4's equal ban
 def hf_text_config(config: dict[str, Any]) -> Any:
     """The config object transformers builds from a config.json (its text part for multimodal models)."""
     fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
+    rope = fields.get("rope_scaling") or {}
+    if rope.get("type") == "su" and "original_max_position_embeddings" not in rope:
+        # transformers 5.23 refuses the published Phi-3 128k files (KeyError: its longrope validation wants
+        # original_max_position_embeddings inside the rope dict, where those files keep it at the top level)
+        rope["original_max_position_embeddings"] = fields["original_max_position_embeddings"]
     return CONFIG_MAPPING[config["model_type"]](**fields).get_text_config()
 
 
