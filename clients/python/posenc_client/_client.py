@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from posenc_client.resources.jobs import AsyncJobs, Jobs
     from posenc_client.resources.methods import AsyncMethods, Methods
     from posenc_client.resources.models import AsyncModels, Models
+    from posenc_client.resources.rope import AsyncRope, Rope
     from posenc_client.resources.rotary import AsyncRotary, Rotary
 
 
@@ -56,6 +57,12 @@ class Client(BaseClient):
         from posenc_client.resources.models import Models
 
         return Models(self)
+
+    @cached_property
+    def rope(self) -> Rope:
+        from posenc_client.resources.rope import Rope
+
+        return Rope(self)
 
     @cached_property
     def bias(self) -> Bias:
@@ -169,6 +176,12 @@ class AsyncClient(BaseClient):
         from posenc_client.resources.models import AsyncModels
 
         return AsyncModels(self)
+
+    @cached_property
+    def rope(self) -> AsyncRope:
+        from posenc_client.resources.rope import AsyncRope
+
+        return AsyncRope(self)
 
     @cached_property
     def bias(self) -> AsyncBias:

@@ -198,6 +198,24 @@ class ConfigWarningOut(BaseModel):
     message: Annotated[str, Field(title="Message")]
 
 
+class ConvertRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any], Field(title="Config")]
+    to: Annotated[Literal["v4", "v5"], Field(title="To")]
+    """
+    Hugging Face v4 (rope_scaling) or v5 (rope_parameters)
+    """
+
+
+class ConvertResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any], Field(title="Config")]
+
+
 class Corpus(RootModel[str]):
     root: Annotated[str, Field(max_length=4096, title="Corpus")]
     """
@@ -393,6 +411,13 @@ class Grid3(RootModel[list[Grid3Item]]):
     root: Annotated[list[Grid3Item], Field(max_length=3, min_length=2, title="Grid")]
     """
     (rows, cols) for 2D methods, (frames, rows, cols) for 3D
+    """
+
+
+class Grid4(RootModel[list[int]]):
+    root: Annotated[list[int], Field(max_length=3, min_length=3, title="Grid")]
+    """
+    image / video: (T, H, W) patches before the merge
     """
 
 
@@ -703,6 +728,35 @@ class Position(RootModel[int]):
     root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
 
 
+class PositionIdsRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    advance: Annotated[Literal["max_hw", "max_id"], Field(title="Advance")] = "max_hw"
+    """
+    the position after a grid: start + max(H, W)/m (transformers 5.x) or one past its largest id
+    """
+    rule: Annotated[Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"], Field(title="Rule")] = "qwen2_5_vl"
+    segments: Annotated[list[SegmentIn], Field(max_length=4096, min_length=1, title="Segments")]
+    spatial_merge_size: Annotated[int, Field(ge=1, le=64, title="Spatial Merge Size")] = 2
+    tokens_per_second: Annotated[float, Field(gt=0.0, le=1000.0, title="Tokens Per Second")] = 2.0
+    """
+    Qwen2.5-VL's vision_config value
+    """
+
+
+class PositionIdsResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    ids: Annotated[list[list[int]], Field(title="Ids")]
+    """
+    (3, N): temporal, height and width ids
+    """
+    next_position: Annotated[int, Field(title="Next Position")]
+    warnings: Annotated[list[str], Field(title="Warnings")]
+
+
 class Problem(BaseModel):
     """
     ``application/problem+json`` body.
@@ -885,6 +939,25 @@ class Scale(RootModel[float]):
 
 class Seed(RootModel[int]):
     root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
+class SegmentIn(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    grid: Annotated[Grid4 | None, Field(title="Grid")] = None
+    """
+    image / video: (T, H, W) patches before the merge
+    """
+    kind: Annotated[Literal["text", "image", "video"], Field(title="Kind")]
+    length: Annotated[int, Field(ge=0, le=1048576, title="Length")] = 0
+    """
+    text: its tokens
+    """
+    seconds_per_grid: Annotated[float, Field(gt=0.0, title="Seconds Per Grid")] = 1.0
+    """
+    video: seconds per temporal grid step
+    """
 
 
 class ShapeItem(RootModel[int]):

@@ -103,3 +103,12 @@ def test_models_sync_and_async(call: Callable[..., Any], tmp_path: Path) -> None
     )
     assert tuple(rotated.q.shape) == (1, 1, 4, 128)
     assert rotated.meta["config_layer"]["method"] == "rope"
+
+
+def test_position_ids_and_convert_sync_and_async(call: Callable[..., Any]) -> None:
+    segments = [{"kind": "text", "length": 2}, {"kind": "image", "grid": [1, 4, 4]}]
+    result = call(lambda client: client.rope.position_ids(segments))
+    assert result.ids == [[0, 1, 2, 2, 2, 2], [0, 1, 2, 2, 3, 3], [0, 1, 2, 3, 2, 3]]
+    converted = call(lambda client: client.models.convert(PRESETS["llama-3.1-8b"], "v5"))
+    assert converted["rope_parameters"]["rope_theta"] == 500000.0
+    assert "rope_scaling" not in converted

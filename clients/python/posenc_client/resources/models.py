@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
-from posenc_client._models import ModelPreset, ModelPresetList, ResolvedModel
+from posenc_client._models import ConvertResponse, ModelPreset, ModelPresetList, ResolvedModel
 from posenc_client._transport import HTTPRequest
 from posenc_client.resources._base import AsyncResource, SyncResource
 
@@ -39,6 +39,11 @@ def _get_request(name: str) -> HTTPRequest:
     return HTTPRequest(method="GET", path=f"/v1/models/{quote(name, safe='')}", headers=JSON_ACCEPT)
 
 
+def _convert_request(config: ConfigSource, to: str) -> HTTPRequest:
+    body = {"config": read_config(config), "to": to}
+    return HTTPRequest(method="POST", path="/v1/models/convert", headers=JSON_ACCEPT, json_body=body)
+
+
 _LIST = HTTPRequest(method="GET", path="/v1/models", headers=JSON_ACCEPT)
 
 
@@ -57,6 +62,10 @@ class Models(SyncResource):
     def get(self, name: str) -> ModelPreset:
         return ModelPreset.model_validate_json(self._client._request(_get_request(name)).content)
 
+    def convert(self, config: ConfigSource, to: Literal["v4", "v5"]) -> dict[str, Any]:
+        """The config in the other Hugging Face dialect: v4 ``rope_scaling`` or v5 ``rope_parameters``."""
+        return ConvertResponse.model_validate_json(self._client._request(_convert_request(config, to)).content).config
+
 
 class AsyncModels(AsyncResource):
     async def resolve(self, config: ConfigSource | None = None, *, preset: str | None = None) -> ResolvedModel:
@@ -68,3 +77,7 @@ class AsyncModels(AsyncResource):
 
     async def get(self, name: str) -> ModelPreset:
         return ModelPreset.model_validate_json((await self._client._request(_get_request(name))).content)
+
+    async def convert(self, config: ConfigSource, to: Literal["v4", "v5"]) -> dict[str, Any]:
+        response = await self._client._request(_convert_request(config, to))
+        return ConvertResponse.model_validate_json(response.content).config
