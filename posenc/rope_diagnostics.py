@@ -98,9 +98,7 @@ def _applier(setup: RotarySetup, dtype: torch.dtype = torch.float64) -> RotaryAp
     if isinstance(setup.rotary_dim, bool) or not isinstance(setup.rotary_dim, int) or setup.rotary_dim < 2:
         raise InvalidInput(("rotary_dim",), f"must be an even integer >= 2, got {setup.rotary_dim!r}")
     if setup.rotary_dim % 2:
-        raise InvalidInput(
-            ("rotary_dim",), f"rotary methods rotate pairs: must be even, got {setup.rotary_dim}"
-        )
+        raise InvalidInput(("rotary_dim",), f"rotary methods rotate pairs: must be even, got {setup.rotary_dim}")
     if setup.pairing not in PAIRINGS:
         raise InvalidInput(("pairing",), f"must be one of {list(PAIRINGS)}, got {setup.pairing!r}")
     try:
@@ -456,6 +454,13 @@ def wrapped_angle_difference(angle_a: torch.Tensor, angle_b: torch.Tensor) -> to
     return ((angle_a - angle_b + math.pi).remainder(2 * math.pi) - math.pi).abs()
 
 
+def probe_vectors(rotary_dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seeded random unit q and k (rotary_dim,) float64 that ``compare`` probes the logits with: two
+    Gaussian draws (torch.Generator seeded with ``seed``), each divided by its norm."""
+    q, k = _unit_vectors(2, rotary_dim, seed)
+    return q, k
+
+
 def compare(
     setup_a: RotarySetup,
     setup_b: RotarySetup,
@@ -498,7 +503,7 @@ def compare(
             ("setup_b", "method"),
             f"rotates by {freqs_b.num_axes}-axis positions, setup_a by {freqs_a.num_axes}: not comparable",
         )
-    q, k = _unit_vectors(2, setup_a.rotary_dim, seed)  # (d,) each
+    q, k = probe_vectors(setup_a.rotary_dim, seed)  # (d,) each
     zero = torch.zeros(1, dtype=torch.int64)
     key_a = _rotate(applier_a, k[None], zero, seq_len, keys=True)[0]  # (d,): R_a(0) k
     key_b = _rotate(applier_b, k[None], zero, seq_len, keys=True)[0]
@@ -606,7 +611,8 @@ def decode(setup: RotarySetup, prefill: int, steps: int, *, tolerance: float = 1
     total = first + count
     with _as_argument("setup"):
         applier = _applier(setup)
-    queries, keys = _unit_vectors(2 * total, setup.rotary_dim, seed).split(total)  # (T, d) each
+    vectors = _unit_vectors(2 * total, setup.rotary_dim, seed)  # (2T, d)
+    queries, keys = vectors[:total], vectors[total:]  # (T, d) each
     pos = torch.arange(total, dtype=torch.int64)
     cpu = torch.device("cpu")
     with _as_argument("setup"):

@@ -75,7 +75,8 @@ class RopeProportionalParams(MethodParams):
         "highest frequencies of full RoPE and drops the lowest",
         "rotated_pairs": "r = int(p·d // 2) evaluated in floating point exactly as HF does, so a p·d that "
         "floating point puts just below an even integer rotates one pair fewer (p = 0.58, d = 100: r = 28)",
-        "factor": "divides the rotated frequencies as HF's linear scaling does; attention factor 1",
+        "factor": "divides the rotated frequencies, as HF's function reads it (HF's config validation warns "
+        "that 'factor' is not a key of rope_type 'proportional'; Gemma 4 does not set it); attention factor 1",
     },
 )
 def rope_proportional(params: RopeProportionalParams, ctx: RotaryContext) -> RotaryFrequencies:

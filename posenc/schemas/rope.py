@@ -53,3 +53,76 @@ class ConvertRequest(_Strict):
 
 class ConvertResponse(BaseModel):
     config: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------- diagnostics
+MAX_COMPARE_POSITION = 1 << 20  # a scan of every position: about a second per million on two cores
+MAX_DECODE_TOKENS = 8192  # decode costs O(steps · length · d) once a scaling changes with the length
+MAX_TRAIN_LENGTH = 1 << 26
+
+
+class SetupIn(_Strict):
+    """One layer's rotation: a method with params, rotary_dim and pairing; or a model config and a layer."""
+
+    method: str | None = Field(default=None, description="a registered rotary method")
+    params: dict[str, Any] = Field(default_factory=dict, description="the method's params")
+    rotary_dim: int = Field(default=128, ge=2, le=8192, description="rotated features per head; even")
+    pairing: Literal["half", "interleaved"] = "half"
+    config: dict[str, Any] | None = Field(default=None, description="a model's config.json, with layer")
+    layer: int | None = Field(default=None, ge=0, le=1023)
+
+    @model_validator(mode="after")
+    def _method_or_config(self) -> SetupIn:
+        if (self.method is None) == (self.config is None):
+            raise ValueError("give exactly one of 'method' (with params, rotary_dim, pairing) or 'config' (with layer)")
+        if self.config is not None and self.layer is None:
+            raise ValueError("'config' needs 'layer'")
+        return self
+
+
+class FrequenciesRequest(_Strict):
+    setup: SetupIn
+    train_length: int = Field(ge=1, le=MAX_TRAIN_LENGTH, description="the training context the pairs are read at")
+
+
+class PrecisionRequest(_Strict):
+    setup: SetupIn
+    dtype: Literal["float32", "bfloat16", "float16", "float64"] = "bfloat16"
+    positions_bands: list[list[int]] | None = Field(
+        default=None, max_length=16, description="[start, stop) bands; default [0,1k), [1k,8k), [8k,64k), [64k,1M)"
+    )
+    positions_per_band: int = Field(default=256, ge=2, le=1024)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+
+class CompareRequest(_Strict):
+    setup_a: SetupIn
+    setup_b: SetupIn
+    max_position: int = Field(ge=0, le=MAX_COMPARE_POSITION)
+    tolerance_angle: float = Field(default=1e-3, ge=0)
+    tolerance_logit: float = Field(default=1e-3, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+
+class DecodeRequest(_Strict):
+    setup: SetupIn
+    prefill: int = Field(ge=1, le=MAX_DECODE_TOKENS)
+    steps: int = Field(ge=1, le=MAX_DECODE_TOKENS)
+    tolerance: float = Field(default=1e-9, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> DecodeRequest:
+        if self.prefill + self.steps > MAX_DECODE_TOKENS:
+            raise ValueError(f"prefill + steps must be at most {MAX_DECODE_TOKENS}")
+        return self
+
+
+class PermutationRequest(_Strict):
+    head_dim: int = Field(ge=2, le=8192)
+    to: Literal["half", "interleaved"] = Field(description="half: Meta/interleaved rows -> Hugging Face")
+    rotary_dim: int | None = Field(default=None, ge=2, le=8192)
+
+
+class PermutationResponse(BaseModel):
+    order: list[int] = Field(description="within each head: new row r = old row order[r]")

@@ -157,6 +157,18 @@ class BiasRequest(BaseModel):
     """
 
 
+class CompareRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    max_position: Annotated[int, Field(ge=0, le=1048576, title="Max Position")]
+    seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
+    setup_a: SetupIn
+    setup_b: SetupIn
+    tolerance_angle: Annotated[float, Field(ge=0.0, title="Tolerance Angle")] = 0.001
+    tolerance_logit: Annotated[float, Field(ge=0.0, title="Tolerance Logit")] = 0.001
+
+
 class ComputeJobSpec(BaseModel):
     """
     Kind ``compute``: the body of ``POST /v1/{route}``, run by a worker without the gateway's output budget
@@ -269,6 +281,17 @@ class DataSpec(BaseModel):
     val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
 
 
+class DecodeRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    prefill: Annotated[int, Field(ge=1, le=8192, title="Prefill")]
+    seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
+    setup: SetupIn
+    steps: Annotated[int, Field(ge=1, le=8192, title="Steps")]
+    tolerance: Annotated[float, Field(ge=0.0, title="Tolerance")] = 1e-09
+
+
 class EdgeFeature(RootModel[int]):
     root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
 
@@ -356,6 +379,17 @@ class FieldError(BaseModel):
     loc: Annotated[list[str | int], Field(title="Loc")]
     msg: Annotated[str, Field(title="Msg")]
     type: Annotated[str, Field(title="Type")]
+
+
+class FrequenciesRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    setup: SetupIn
+    train_length: Annotated[int, Field(ge=1, le=67108864, title="Train Length")]
+    """
+    the training context the pairs are read at
+    """
 
 
 class GraphIn(BaseModel):
@@ -524,6 +558,10 @@ class Layer(RootModel[int]):
     """
     with config: the layer index
     """
+
+
+class Layer1(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=1023, title="Layer")]
 
 
 class LayerRopeOut(BaseModel):
@@ -724,6 +762,28 @@ class PatchSize(RootModel[int]):
     """
 
 
+class PermutationRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    head_dim: Annotated[int, Field(ge=2, le=8192, title="Head Dim")]
+    rotary_dim: Annotated[RotaryDim | None, Field(title="Rotary Dim")] = None
+    to: Annotated[Literal["half", "interleaved"], Field(title="To")]
+    """
+    half: Meta/interleaved rows -> Hugging Face
+    """
+
+
+class PermutationResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    order: Annotated[list[int], Field(title="Order")]
+    """
+    within each head: new row r = old row order[r]
+    """
+
+
 class Position(RootModel[int]):
     root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
 
@@ -755,6 +815,27 @@ class PositionIdsResponse(BaseModel):
     """
     next_position: Annotated[int, Field(title="Next Position")]
     warnings: Annotated[list[str], Field(title="Warnings")]
+
+
+class PositionsBands(RootModel[list[list[int]]]):
+    root: Annotated[list[list[int]], Field(max_length=16, title="Positions Bands")]
+    """
+    [start, stop) bands; default [0,1k), [1k,8k), [8k,64k), [64k,1M)
+    """
+
+
+class PrecisionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    dtype: Annotated[Literal["float32", "bfloat16", "float16", "float64"], Field(title="Dtype")] = "bfloat16"
+    positions_bands: Annotated[PositionsBands | None, Field(title="Positions Bands")] = None
+    """
+    [start, stop) bands; default [0,1k), [1k,8k), [8k,64k), [64k,1M)
+    """
+    positions_per_band: Annotated[int, Field(ge=2, le=1024, title="Positions Per Band")] = 256
+    seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
+    setup: SetupIn
 
 
 class Problem(BaseModel):
@@ -850,6 +931,10 @@ class ResolvedModel(BaseModel):
 
 
 class RotaryDim(RootModel[int]):
+    root: Annotated[int, Field(ge=2, le=8192, title="Rotary Dim")]
+
+
+class RotaryDim1(RootModel[int]):
     root: Annotated[int, Field(ge=2, title="Rotary Dim")]
     """
     rotate only the first rotary_dim features (partial rotary); even
@@ -920,7 +1005,7 @@ class RotaryRequest(BaseModel):
     """
     also return cos and sin (N, rotary_dim)
     """
-    rotary_dim: Annotated[RotaryDim | None, Field(title="Rotary Dim")] = None
+    rotary_dim: Annotated[RotaryDim1 | None, Field(title="Rotary Dim")] = None
     """
     rotate only the first rotary_dim features (partial rotary); even
     """
@@ -957,6 +1042,34 @@ class SegmentIn(BaseModel):
     seconds_per_grid: Annotated[float, Field(gt=0.0, title="Seconds Per Grid")] = 1.0
     """
     video: seconds per temporal grid step
+    """
+
+
+class SetupIn(BaseModel):
+    """
+    One layer's rotation: a method with params, rotary_dim and pairing; or a model config and a layer.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    """
+    a model's config.json, with layer
+    """
+    layer: Annotated[Layer1 | None, Field(title="Layer")] = None
+    method: Annotated[str | None, Field(title="Method")] = None
+    """
+    a registered rotary method
+    """
+    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    the method's params
+    """
+    rotary_dim: Annotated[int, Field(ge=2, le=8192, title="Rotary Dim")] = 128
+    """
+    rotated features per head; even
     """
 
 

@@ -131,3 +131,88 @@ def test_a_config_converts_between_dialects(client: TestClient) -> None:
     again = client.post("/v1/models/resolve", json={"config": response.json()["config"]})
     original = client.post("/v1/models/resolve", json={"preset": "gemma-3-4b"})
     assert again.json()["layers"] == original.json()["layers"]
+
+
+# ------------------------------------------------------------------------------------------- diagnostics
+def buggy_gemma() -> dict[str, Any]:
+    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
+    del text["rope_scaling"], text["rope_local_base_freq"]
+    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0}
+    return {"model_type": "gemma3", "text_config": text}
+
+
+def test_compare_finds_where_gemmas_buggy_sliding_layer_parts_from_the_right_one(client: TestClient) -> None:
+    from posenc.rope_diagnostics import RotarySetup, compare
+
+    body = {
+        "setup_a": {"config": PRESETS["gemma-3-4b"], "layer": 0},
+        "setup_b": {"config": buggy_gemma(), "layer": 0},
+        "max_position": 4096,
+        "tolerance_angle": 0.01,
+        "tolerance_logit": 0.05,
+    }
+    response = client.post("/v1/rope/compare", json=body)
+    assert response.status_code == 200, response.text
+    report = response.json()
+    expected = compare(
+        RotarySetup("rope", {"base": 10000.0}, 256), RotarySetup("rope_linear", {"base": 10000.0, "factor": 8.0}, 256),
+        4096, 0.01, 0.05,
+    )  # fmt: skip
+    assert report["first_angle_divergence"] == expected.first_angle_divergence is not None
+    assert report["first_logit_divergence"] == expected.first_logit_divergence is not None
+    # the first position where some pair's angle is off by more than 0.01 rad: θ^0 · p · (1 − 1/8) > 0.01
+    assert report["first_angle_divergence"] == 1
+
+
+def test_decode_is_exact_for_rope_and_drifts_for_dynamic_ntk_past_its_length(client: TestClient) -> None:
+    plain = client.post(
+        "/v1/rope/decode", json={"setup": {"method": "rope", "rotary_dim": 64}, "prefill": 8, "steps": 16}
+    )
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["max_logit_error"] == 0.0
+    assert plain.json()["first_divergent_step"] is None
+    setup = {
+        "method": "rope_dynamic_ntk",
+        "params": {"factor": 4.0, "original_max_position_embeddings": 16},
+        "rotary_dim": 64,
+    }
+    dynamic = client.post("/v1/rope/decode", json={"setup": setup, "prefill": 8, "steps": 16})
+    assert dynamic.status_code == 200, dynamic.text
+    assert dynamic.json()["first_divergent_length"] == 17
+
+
+def test_frequencies_precision_and_permutation(client: TestClient) -> None:
+    freq = client.post("/v1/rope/frequencies", json={"setup": {"config": PRESETS["llama-3.1-8b"], "layer": 0},
+                                                      "train_length": 8192})  # fmt: skip
+    assert freq.status_code == 200, freq.text
+    bands = {pair["band"] for pair in freq.json()["pairs"]}
+    assert bands == {"high", "smooth", "low"}
+    precise = client.post("/v1/rope/precision", json={"setup": {"method": "rope", "rotary_dim": 64},
+                                                       "dtype": "float32", "positions_per_band": 8})  # fmt: skip
+    assert precise.status_code == 200, precise.text
+    assert len(precise.json()["bands"]) == 4
+    order = client.post("/v1/rope/permutation", json={"head_dim": 8, "to": "half"})
+    assert order.json()["order"] == [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc"),
+    [
+        ("/v1/rope/frequencies", {"setup": {"method": "alibi"}, "train_length": 8}, ["body", "setup", "method"]),
+        (
+            "/v1/rope/decode",
+            {"setup": {"config": PRESETS["smollm3-3b"], "layer": 3}, "prefill": 4, "steps": 4},
+            ["body", "setup", "layer"],
+        ),
+        (
+            "/v1/rope/compare",
+            {"setup_a": {"method": "rope"}, "setup_b": {"method": "rope"}, "max_position": 1 << 30},
+            ["body", "max_position"],
+        ),
+        ("/v1/rope/precision", {"setup": {"method": "rope"}, "dtype": "int8"}, ["body", "dtype"]),
+    ],
+)
+def test_diagnostics_refuse_with_the_field(client: TestClient, path: str, body: dict[str, Any], loc: list[Any]) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text
+    assert loc in [error["loc"] for error in response.json()["errors"]], response.json()

@@ -112,3 +112,21 @@ def test_position_ids_and_convert_sync_and_async(call: Callable[..., Any]) -> No
     converted = call(lambda client: client.models.convert(PRESETS["llama-3.1-8b"], "v5"))
     assert converted["rope_parameters"]["rope_theta"] == 500000.0
     assert "rope_scaling" not in converted
+
+
+def test_diagnostics_sync_and_async(call: Callable[..., Any]) -> None:
+    gemma = {"config": PRESETS["gemma-3-4b"], "layer": 5}
+    report = call(lambda client: client.rope.frequencies(gemma, train_length=32768))
+    assert len(report["pairs"]) == 128
+    decoded = call(lambda client: client.rope.decode({"method": "rope", "rotary_dim": 32}, prefill=4, steps=4))
+    assert decoded["max_logit_error"] == 0.0
+    parted = call(
+        lambda client: client.rope.compare(
+            {"method": "rope", "rotary_dim": 32}, {"method": "rope", "params": {"base": 10001}, "rotary_dim": 32},
+            max_position=100000, tolerance_angle=1e-3,
+        )
+    )  # fmt: skip
+    assert parted["first_angle_divergence"] is not None
+    precise = call(lambda client: client.rope.precision({"method": "rope", "rotary_dim": 32}, positions_per_band=4))
+    assert precise["dtype"] == "bfloat16"
+    assert call(lambda client: client.rope.permutation(4, "interleaved")) == [0, 2, 1, 3]

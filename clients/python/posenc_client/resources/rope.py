@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -30,7 +31,57 @@ def _position_ids_request(
     return HTTPRequest(method="POST", path="/v1/rope/position_ids", headers=JSON_ACCEPT, json_body=body)
 
 
+def _post(path: str, body: dict[str, Any]) -> HTTPRequest:
+    return HTTPRequest(method="POST", path=f"/v1/rope/{path}", headers=JSON_ACCEPT, json_body=body)
+
+
+def _json(content: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(content)
+    return value
+
+
+Setup = Mapping[str, Any]  # {"method", "params", "rotary_dim", "pairing"} or {"config", "layer"}
+
+
+def _diagnostic(name: str, setup: Setup | None = None, **fields: Any) -> HTTPRequest:
+    body = {key: value for key, value in fields.items() if value is not None}
+    if setup is not None:
+        body["setup"] = dict(setup)
+    return _post(name, body)
+
+
 class Rope(SyncResource):
+    def frequencies(self, setup: Setup, *, train_length: int) -> dict[str, Any]:
+        """Per pair: ω, wavelength, rotations over ``train_length``, wraps, band (YaRN ramp, Llama 3 bands).
+        ``setup``: ``{"method", "params", "rotary_dim", "pairing"}`` or ``{"config", "layer"}``."""
+        return _json(self._client._request(_diagnostic("frequencies", setup, train_length=train_length)).content)
+
+    def precision(self, setup: Setup, *, dtype: str = "bfloat16", **options: Any) -> dict[str, Any]:
+        """The error of rotating in ``dtype`` against float64 per band of positions (``positions_bands``,
+        ``positions_per_band``, ``seed``)."""
+        request = _diagnostic("precision", setup, dtype=dtype, **options)
+        return _json(self._client._request(request).content)
+
+    def compare(self, setup_a: Setup, setup_b: Setup, *, max_position: int, **options: Any) -> dict[str, Any]:
+        """The first position where two setups' angles or logits part (``tolerance_angle``, ``tolerance_logit``)."""
+        request = _diagnostic(
+            "compare", setup_a=dict(setup_a), setup_b=dict(setup_b), max_position=max_position, **options
+        )
+        return _json(self._client._request(request).content)
+
+    def decode(self, setup: Setup, *, prefill: int, steps: int, **options: Any) -> dict[str, Any]:
+        """KV-cache decoding against recomputation: error per step, the first step that diverges."""
+        request = _diagnostic("decode", setup, prefill=prefill, steps=steps, **options)
+        return _json(self._client._request(request).content)
+
+    def permutation(
+        self, head_dim: int, to: Literal["half", "interleaved"], *, rotary_dim: int | None = None
+    ) -> list[int]:
+        """Within each head, new q/k projection row r = old row order[r] (interleaved <-> half pairing)."""
+        request = _post("permutation", {"head_dim": head_dim, "to": to, "rotary_dim": rotary_dim})
+        order: list[int] = _json(self._client._request(request).content)["order"]
+        return order
+
     def position_ids(
         self,
         segments: Sequence[Mapping[str, Any]],
@@ -49,6 +100,31 @@ class Rope(SyncResource):
 
 
 class AsyncRope(AsyncResource):
+    async def frequencies(self, setup: Setup, *, train_length: int) -> dict[str, Any]:
+        request = _diagnostic("frequencies", setup, train_length=train_length)
+        return _json((await self._client._request(request)).content)
+
+    async def precision(self, setup: Setup, *, dtype: str = "bfloat16", **options: Any) -> dict[str, Any]:
+        request = _diagnostic("precision", setup, dtype=dtype, **options)
+        return _json((await self._client._request(request)).content)
+
+    async def compare(self, setup_a: Setup, setup_b: Setup, *, max_position: int, **options: Any) -> dict[str, Any]:
+        request = _diagnostic(
+            "compare", setup_a=dict(setup_a), setup_b=dict(setup_b), max_position=max_position, **options
+        )
+        return _json((await self._client._request(request)).content)
+
+    async def decode(self, setup: Setup, *, prefill: int, steps: int, **options: Any) -> dict[str, Any]:
+        request = _diagnostic("decode", setup, prefill=prefill, steps=steps, **options)
+        return _json((await self._client._request(request)).content)
+
+    async def permutation(
+        self, head_dim: int, to: Literal["half", "interleaved"], *, rotary_dim: int | None = None
+    ) -> list[int]:
+        request = _post("permutation", {"head_dim": head_dim, "to": to, "rotary_dim": rotary_dim})
+        order: list[int] = _json((await self._client._request(request)).content)["order"]
+        return order
+
     async def position_ids(
         self,
         segments: Sequence[Mapping[str, Any]],
