@@ -42,7 +42,7 @@ FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attenti
 # rope_type (every spelling read) -> the registered method
 ROPE_TYPE_METHODS = {
     "default": "rope",
-    "mrope": "rope",  # Qwen2-VL's v4 spelling: plain RoPE frequencies over (t, h, w) sections
+    "mrope": "rope",  # Qwen2-VL's v4 spelling; with mrope_section it resolves to the method mrope
     "linear": "rope_linear",
     "dynamic": "rope_dynamic_ntk",
     "yarn": "rope_yarn",
@@ -54,6 +54,7 @@ ROPE_TYPE_METHODS = {
 # the keys of a rope dict each method takes, in the method's own names
 METHOD_KEYS: dict[str, tuple[str, ...]] = {
     "rope": (),
+    "mrope": (),
     "rope_linear": ("factor",),
     "rope_dynamic_ntk": ("factor", "original_max_position_embeddings"),
     "rope_yarn": (
@@ -323,8 +324,13 @@ def _method_params(
     if method == "rope_longrope" and "max_position_embeddings" in params:
         params.setdefault("original_max_position_embeddings", params["max_position_embeddings"])
     section = block.get("mrope_section")
-    if section is not None and (not isinstance(section, list) or not all(isinstance(s, int) for s in section)):
-        raise InvalidInput((*loc, "mrope_section"), "must be a list of integers (pairs per t, h, w section)")
+    if section is not None:
+        if not isinstance(section, list) or len(section) != 3 or not all(isinstance(s, int) for s in section):
+            raise InvalidInput((*loc, "mrope_section"), "must be three integers (pairs per t, h, w section)")
+        if method == "rope":  # M-RoPE: the same frequencies, each pair turned by t, h or w
+            method = "mrope"
+            params["mrope_section"] = list(section)
+            params["layout"] = "interleaved" if block.get("mrope_interleaved") else "chunked"
     return method, params, section
 
 
@@ -348,6 +354,8 @@ def resolve_config(config: Mapping[str, Any]) -> ResolvedConfig:
     Errors are ``InvalidInput`` located in the config (the text config's keys for a nested one)."""
     if not isinstance(config, Mapping):
         raise InvalidInput((), "must be a model config object (config.json)")
+    if config.get("_class_name") in DIFFUSERS_TRANSFORMERS:
+        return _resolve_diffusers(config)
     text = text_config(config)
     with located(("text_config",) if text is not config else ()):
         return _resolve_text(config, text)
@@ -397,6 +405,10 @@ def _resolve_text(config: Mapping[str, Any], text: Mapping[str, Any]) -> Resolve
             method, params, section = methods_by_type[layer_type]
             rotary_dim, start, dim_warnings = _rotary_dims(text, head_dim, block)
             warnings.extend(w for w in dim_warnings if w not in warnings)
+            if method == "mrope" and section is not None and 2 * sum(section) != rotary_dim:
+                # sections that do not cover the rotated pairs cannot be applied: resolved as 1D RoPE (what text
+                # positions, t = h = w, give anyway), and warned about (mrope_section_mismatch)
+                method, params = "rope", {"base": params["base"]}
         else:
             method, params, section, rotary_dim, start = None, {}, None, 0, 0
         softmax_scale, scale_source = head_dim**-0.5, "head_dim ** -0.5"
@@ -508,6 +520,48 @@ def _pattern_warnings(
             )
         )
     return warnings
+
+
+# ---------------------------------------------------------------------------------------------- diffusers
+DIFFUSERS_TRANSFORMERS = frozenset({"FluxTransformer2DModel", "WanTransformer3DModel"})
+DIFFUSERS_THETA = 10000.0  # both models fix θ in code (FluxPosEmbed(theta=10000), WanRotaryPosEmbed's default)
+
+
+def _resolve_diffusers(config: Mapping[str, Any]) -> ResolvedConfig:
+    """A diffusers video/image transformer config (``transformer/config.json``): every block rotates its q and k
+    by (t, h, w) with ``rope_nd``, interleaved pairs. FLUX.1: ``axes_dims_rope`` (16, 56, 56), its double and
+    single blocks; Wan 2.1: h = w = 2·(d // 6) features, t the rest."""
+    name = config["_class_name"]
+    head_dim = _int(config, "attention_head_dim")
+    assert head_dim is not None
+    if name == "FluxTransformer2DModel":
+        dims = config.get("axes_dims_rope", [16, 56, 56])
+        if not isinstance(dims, list) or len(dims) != 3 or not all(isinstance(d, int) for d in dims):
+            raise InvalidInput(("axes_dims_rope",), "must be three integers (features per t, h, w axis)")
+        blocks = (_int(config, "num_layers") or 0) + (_int(config, "num_single_layers", required=False) or 0)
+    else:
+        spatial = 2 * (head_dim // 6)
+        dims = [head_dim - 2 * spatial, spatial, spatial]
+        blocks = _int(config, "num_layers") or 0
+    params = {"axes_dims": list(dims), "theta": DIFFUSERS_THETA}
+    rotary_dim = sum(dims)
+    layers = [
+        LayerRope(
+            layer=index,
+            layer_type=FULL,
+            method="rope_nd",
+            params=params,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            rotary_slice=(0, rotary_dim),
+            pairing="interleaved",
+            attention_scale=1.0,
+            softmax_scale=head_dim**-0.5,
+            softmax_scale_source="attention_head_dim ** -0.5",
+        )
+        for index in range(blocks)
+    ]
+    return ResolvedConfig(model_type=name, layers=layers, warnings=[])
 
 
 # ---------------------------------------------------------------------------------------------- dialects

@@ -317,6 +317,23 @@ PRESETS: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    "flux.1-dev": {  # diffusers transformer/config.json
+        "_class_name": "FluxTransformer2DModel",
+        "attention_head_dim": 128,
+        "num_attention_heads": 24,
+        "num_layers": 19,
+        "num_single_layers": 38,
+        "axes_dims_rope": [16, 56, 56],
+        "patch_size": 1,
+    },
+    "wan2.1-t2v-1.3b": {  # diffusers transformer/config.json
+        "_class_name": "WanTransformer3DModel",
+        "attention_head_dim": 128,
+        "num_attention_heads": 12,
+        "num_layers": 30,
+        "patch_size": [1, 2, 2],
+        "rope_max_seq_len": 1024,
+    },
     "smollm3-3b": {
         "model_type": "smollm3",
         "hidden_size": 2048,

@@ -27,6 +27,9 @@ def _example_params(name: str, rotary_dim: int = 8) -> dict[str, Any]:
             "max_position_embeddings": 16,
         },
         "rope_ntk_alpha": {"alpha": 2.0},
+        # the defaults are sized for 128-wide heads: sections and axis widths that fit rotary_dim
+        "mrope": {"mrope_section": [half - 2 * (half // 3), half // 3, half // 3]},
+        "rope_nd": {"axes_dims": [rotary_dim - 4 * (rotary_dim // 6), 2 * (rotary_dim // 6), 2 * (rotary_dim // 6)]},
         "fope": {"train_length": 64},  # rotary_dim 8: keeps 2 of the 4 pairs (ω > 2π/64)
         "swin": {"window": [4, 4]},  # grids in the tests are at most 4 x 4
         "liere": {"block_size": 4},  # the reference's 64 is a whole head; test heads are 8 to 16 wide

@@ -23,7 +23,7 @@ _PROBLEMS: dict[int | str, dict[str, Any]] = {
 
 def _preset(name: str) -> ModelPreset:
     config = get_preset(name)
-    return ModelPreset(name=name, model_type=config.get("model_type"), config=config)
+    return ModelPreset(name=name, model_type=config.get("model_type", config.get("_class_name")), config=config)
 
 
 @router.get("/models", name="list", response_model=ModelPresetList, responses=_PROBLEMS)

@@ -21,6 +21,8 @@ from posenc.model_presets import PRESETS
 from posenc.schemas.compute import RotaryRequest
 
 FLOAT32_POW = 2e-6  # relative: float32 rounding of transformers' θ^(2k/d), see the first test
+HF_PRESETS = sorted(name for name, config in PRESETS.items() if "model_type" in config)  # transformers configs
+DIFFUSERS_PRESETS = sorted(name for name, config in PRESETS.items() if "_class_name" in config)
 logging.getLogger("transformers").setLevel(logging.ERROR)  # Llama 4's equal band factors log a warning
 
 
@@ -64,7 +66,7 @@ def our_inv_freq(layer: LayerRope) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------- presets
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", HF_PRESETS)
 def test_every_preset_has_the_frequencies_and_scales_transformers_computes(name: str) -> None:
     config = PRESETS[name]
     resolved = resolve_config(config)
@@ -83,7 +85,7 @@ def test_every_preset_has_the_frequencies_and_scales_transformers_computes(name:
         assert layer.attention_scale == pytest.approx(scaling, rel=1e-6), (name, layer.layer)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", HF_PRESETS)
 def test_every_preset_has_the_layer_types_nope_layers_and_softmax_scale_of_transformers(name: str) -> None:
     config = PRESETS[name]
     resolved = resolve_config(config)
@@ -119,6 +121,9 @@ def test_some_presets_resolve_to_what_their_model_cards_say() -> None:
     assert (deepseek.head_dim, deepseek.rotary_slice, deepseek.shared_key_rope) == (192, (128, 192), True)
     qwen_vl = resolve_config(PRESETS["qwen2.5-vl-7b"]).layers[0]
     assert qwen_vl.mrope_section == [16, 24, 24]
+    assert (qwen_vl.method, qwen_vl.params["layout"]) == ("mrope", "chunked")
+    qwen3_vl = resolve_config(PRESETS["qwen3-vl-8b"]).layers[0]
+    assert (qwen3_vl.method, qwen3_vl.params["layout"]) == ("mrope", "interleaved")
     assert not resolve_config(PRESETS["llama-3.1-8b"]).warnings
 
 
@@ -228,7 +233,7 @@ def test_gemma3_per_layer_type_rope_parameters_resolve_like_its_v4_config() -> N
 
 
 @pytest.mark.parametrize(
-    ("spelling", "method"), [("su", "rope_longrope"), ("deepseek_yarn", "rope_yarn"), ("mrope", "rope")]
+    ("spelling", "method"), [("su", "rope_longrope"), ("deepseek_yarn", "rope_yarn"), ("mrope", "mrope")]
 )
 def test_vllm_spellings_of_the_rope_type(spelling: str, method: str) -> None:
     rope: dict[str, Any] = {"type": spelling}
@@ -350,7 +355,7 @@ def test_configs_that_cannot_be_resolved_name_the_key(config: dict[str, Any], lo
 
 
 # --------------------------------------------------------------------------------------------- conversion
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", HF_PRESETS)
 def test_converting_a_preset_between_dialects_keeps_every_layer(name: str) -> None:
     original = [layer.to_json() for layer in resolve_config(PRESETS[name]).layers]
     as_v5 = convert_config(PRESETS[name], "v5")
@@ -373,3 +378,26 @@ def test_converting_a_per_layer_config_v4_cannot_hold_is_refused() -> None:
     with pytest.raises(InvalidInput) as raised:
         convert_config(config, "v4")
     assert raised.value.loc == ("rope_parameters", "sliding_attention")
+
+
+# --------------------------------------------------------------------------------------------- diffusers
+def test_the_diffusers_presets_rotate_as_diffusers_does() -> None:
+    from diffusers.models.embeddings import apply_rotary_emb
+    from diffusers.models.transformers.transformer_flux import FluxPosEmbed
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    flux = resolve_config(PRESETS["flux.1-dev"])
+    assert len(flux.layers) == 19 + 38
+    wan = resolve_config(PRESETS["wan2.1-t2v-1.3b"])
+    assert len(wan.layers) == 30
+    wan_rope = WanRotaryPosEmbed(attention_head_dim=128, patch_size=(1, 2, 2), max_seq_len=1024)
+    assert wan.layers[0].params["axes_dims"] == [wan_rope.t_dim, wan_rope.h_dim, wan_rope.w_dim]
+    ids = torch.tensor([[0, 0, 0], [0, 3, 5], [1, 2, 7], [0, 40, 60]])  # (N, 3): (index, row, col)
+    q = torch.randn(1, 2, 4, 128, generator=torch.Generator().manual_seed(0))  # (B, H, N, D)
+    request = RotaryRequest.model_validate(
+        {"config": PRESETS["flux.1-dev"], "layer": 0, "q": inline(q), "rotate": "query", "positions": ids.tolist()}
+    )
+    ours = prepare("rotary", request).run().tensors["q"]
+    cos, sin = FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])(ids)  # (N, 128) each
+    expected = apply_rotary_emb(q, (cos, sin), use_real=True, use_real_unbind_dim=-1)  # type: ignore[arg-type]
+    torch.testing.assert_close(ours, expected, rtol=0, atol=2e-5)  # diffusers forms angles in float32

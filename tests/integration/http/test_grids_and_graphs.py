@@ -52,7 +52,7 @@ def test_every_grid_method_answers_attention_on_a_grid(
     grid = _grid_for(spec)
     tokens = prefix + math.prod(grid)
     q, k, v = _random([1, 2, tokens, 16], 1), _random([1, 2, tokens, 16], 2), _random([1, 2, tokens, 3], 3)
-    raw = example_params(spec.name)
+    raw = example_params(spec.name, 16)  # the heads here are 16 wide
     body = {"method": spec.name, "params": raw, "q": q, "k": k, "v": v, "grid": grid, "prefix_tokens": prefix}
     response = client.post("/v1/attention", json=body, headers=SAFETENSORS)
     assert response.status_code == 200, response.text

@@ -38,6 +38,8 @@ PUBLIC_NAMES = {
         "rope_proportional",
         "rope_ntk_alpha",
         "fope",
+        "mrope",
+        "rope_nd",
     },
     Kind.SCORE_MOD: {"shaw", "transformer_xl", "tener", "huang", "cape", "fox", "cope", "tape"},
     Kind.ATTENTION: {"stick_breaking", "da_transformer"},
