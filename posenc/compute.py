@@ -531,7 +531,11 @@ def _rotary_setup(request: RotaryRequest, head_dim: int) -> RotarySetup:
         )
     layer = resolved.layers[request.layer]
     if layer.method is None:
-        raise InvalidInput(("layer",), f"layer {layer.layer} ({layer.layer_type}) is a NoPE layer: it has no rotation")
+        raise InvalidInput(
+            ("layer",),
+            f"layer {layer.layer} ({layer.layer_type}) is a NoPE layer: it has no rotation"
+            + (" (its query temperature: POST /v1/rope/temperature)" if layer.query_temperature else ""),
+        )
     if head_dim != layer.head_dim:
         raise InvalidInput(
             ("q", "shape"),

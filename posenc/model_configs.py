@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 
 from posenc.errors import InvalidInput, located
@@ -153,6 +154,13 @@ def _number(value: Any, loc: tuple[str | int, ...]) -> float:
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature: 0.1 · mscale · ln(s) + 1 for s > 1, else 1 (DeepSeek's ``yarn_get_mscale``)."""
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def query_temperature(positions: torch.Tensor, floor_scale: float, attn_scale: float) -> torch.Tensor:
+    """Llama 4's query temperature on its NoPE layers (Nakanishi 2025, "Scalable-Softmax"; Meta's Llama 4 code):
+    τ(n) = log(1 + floor((n + 1) / floor_scale)) · attn_scale + 1, multiplying q at position n. (N,) float64."""
+    steps = torch.floor((positions.to(torch.float64) + 1.0) / floor_scale)  # (N,)
+    return torch.log1p(steps) * attn_scale + 1.0
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:

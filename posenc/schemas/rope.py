@@ -126,3 +126,16 @@ class PermutationRequest(_Strict):
 
 class PermutationResponse(BaseModel):
     order: list[int] = Field(description="within each head: new row r = old row order[r]")
+
+
+class TemperatureRequest(_Strict):
+    config: dict[str, Any] = Field(description="a model's config.json")
+    layer: int = Field(ge=0, le=1023)
+    length: int = Field(ge=1, le=1 << 20, description="positions offset ... offset + length - 1")
+    offset: int = Field(default=0, ge=0, le=1 << 40, description="the first position (tokens already cached)")
+
+
+class TemperatureResponse(BaseModel):
+    applies: bool = Field(description="whether the layer scales its queries (Llama 4: the NoPE layers)")
+    temperature: list[float] = Field(description="per position: the factor on q (1 where it does not apply)")
+    formula: str | None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from fastapi import APIRouter
 
 from posenc import rope_diagnostics as diagnostics
 from posenc.errors import InvalidInput, located
-from posenc.model_configs import convert_config, resolve_config
+from posenc.model_configs import convert_config, query_temperature, resolve_config
 from posenc.mrope_positions import Segment, mrope_position_ids
 from posenc.schemas.errors import Problem
 from posenc.schemas.rope import (
@@ -24,6 +25,8 @@ from posenc.schemas.rope import (
     PositionIdsResponse,
     PrecisionRequest,
     SetupIn,
+    TemperatureRequest,
+    TemperatureResponse,
 )
 
 router = APIRouter(prefix="/v1", tags=["rope"])
@@ -139,3 +142,19 @@ def permutation(request: PermutationRequest) -> PermutationResponse:
     with located(("body",)):
         order = diagnostics.pairing_permutation(request.head_dim, request.to, rotary_dim=request.rotary_dim)
     return PermutationResponse(order=order)
+
+
+@router.post("/rope/temperature", name="temperature", response_model=TemperatureResponse, responses=_PROBLEMS)
+def temperature(request: TemperatureRequest) -> TemperatureResponse:
+    """Llama 4's position-dependent query temperature of a config's layer, per position (1 where the layer does
+    not scale its queries)."""
+    with located(("body", "config")):
+        layers = resolve_config(request.config).layers
+    if request.layer >= len(layers):
+        raise InvalidInput(("body", "layer"), f"the config has {len(layers)} layers")
+    tuning = layers[request.layer].query_temperature
+    positions = torch.arange(request.length, dtype=torch.int64) + request.offset  # (N,)
+    if tuning is None:
+        return TemperatureResponse(applies=False, temperature=[1.0] * request.length, formula=None)
+    scale = query_temperature(positions, float(tuning["floor_scale"]), float(tuning["attn_scale"]))
+    return TemperatureResponse(applies=True, temperature=scale.tolist(), formula=str(tuning["formula"]))

@@ -401,3 +401,39 @@ def test_the_diffusers_presets_rotate_as_diffusers_does() -> None:
     cos, sin = FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])(ids)  # (N, 128) each
     expected = apply_rotary_emb(q, (cos, sin), use_real=True, use_real_unbind_dim=-1)  # type: ignore[arg-type]
     torch.testing.assert_close(ours, expected, rtol=0, atol=2e-5)  # diffusers forms angles in float32
+
+
+# --------------------------------------------------------------------------------------------- Llama 4
+def test_llama4_query_temperature_is_what_its_attention_does_to_q(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' Llama4TextAttention on a NoPE layer, its projections the identity: the q reaching the
+    attention function is x · τ(n)."""
+    from transformers.models.llama4 import modeling_llama4
+
+    from posenc.model_configs import query_temperature
+
+    text = dict(PRESETS["llama-4-scout-17b-16e"]["text_config"])
+    tiny = {**text, "hidden_size": 16, "head_dim": 8, "num_attention_heads": 2, "num_key_value_heads": 2,
+            "num_hidden_layers": 4, "floor_scale": 3, "attn_scale": 0.25, "intermediate_size": 8,
+            "intermediate_size_mlp": 8, "num_local_experts": 1}  # fmt: skip
+    resolved = resolve_config(tiny)
+    nope = next(layer for layer in resolved.layers if layer.method is None)
+    assert nope.query_temperature is not None
+    config = CONFIG_MAPPING["llama4_text"](**{key: value for key, value in tiny.items() if key != "model_type"})
+    config._attn_implementation = "eager"
+    attention = modeling_llama4.Llama4TextAttention(config, layer_idx=nope.layer).double()
+    with torch.no_grad():
+        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+            projection.weight.copy_(torch.eye(16))
+    captured: dict[str, torch.Tensor] = {}
+
+    def capture(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *a: Any, **k: Any) -> Any:
+        captured["q"] = query  # (B, H, N, d)
+        return value.transpose(1, 2), None
+
+    monkeypatch.setattr(modeling_llama4, "eager_attention_forward", capture)
+    x = torch.randn(1, 10, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    attention(x, position_embeddings=None, attention_mask=None)
+    expected = query_temperature(torch.arange(10), 3, 0.25)  # (N,)
+    queries = x.view(1, 10, 2, 8).transpose(1, 2)  # (B, H, N, d)
+    # transformers forms τ in float32 (positions.float()): equal to float32 rounding
+    torch.testing.assert_close(captured["q"], queries * expected[None, None, :, None], rtol=1.2e-7, atol=0)

@@ -1084,6 +1084,40 @@ class Stride(RootModel[int]):
     """
 
 
+class TemperatureRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any], Field(title="Config")]
+    """
+    a model's config.json
+    """
+    layer: Annotated[int, Field(ge=0, le=1023, title="Layer")]
+    length: Annotated[int, Field(ge=1, le=1048576, title="Length")]
+    """
+    positions offset ... offset + length - 1
+    """
+    offset: Annotated[int, Field(ge=0, le=1099511627776, title="Offset")] = 0
+    """
+    the first position (tokens already cached)
+    """
+
+
+class TemperatureResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    applies: Annotated[bool, Field(title="Applies")]
+    """
+    whether the layer scales its queries (Llama 4: the NoPE layers)
+    """
+    formula: Annotated[str | None, Field(title="Formula")]
+    temperature: Annotated[list[float], Field(title="Temperature")]
+    """
+    per position: the factor on q (1 where it does not apply)
+    """
+
+
 class TensorData(BaseModel):
     """
     A tensor given inline: exactly one of ``data`` (flat, row-major) or ``base64`` (little-endian bytes).

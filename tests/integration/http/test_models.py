@@ -4,6 +4,7 @@ in their own dialects, rotations for a config's layer, and 4xx that name the fie
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -216,3 +217,15 @@ def test_diagnostics_refuse_with_the_field(client: TestClient, path: str, body: 
     response = client.post(path, json=body)
     assert response.status_code == 422, response.text
     assert loc in [error["loc"] for error in response.json()["errors"]], response.json()
+
+
+def test_llama4_query_temperature_by_position(client: TestClient) -> None:
+    config = PRESETS["llama-4-scout-17b-16e"]
+    nope = client.post("/v1/rope/temperature", json={"config": config, "layer": 3, "length": 3, "offset": 8190})
+    assert nope.status_code == 200, nope.text
+    body = nope.json()
+    assert body["applies"] is True
+    # floor((n + 1) / 8192) is 0 for n = 8190 and 1 for n = 8191, 8192: τ = 1, then 1 + 0.1 · ln 2
+    assert body["temperature"] == pytest.approx([1.0, 1.0 + 0.1 * math.log(2), 1.0 + 0.1 * math.log(2)], rel=1e-12)
+    rope_layer = client.post("/v1/rope/temperature", json={"config": config, "layer": 0, "length": 2})
+    assert rope_layer.json() == {"applies": False, "temperature": [1.0, 1.0], "formula": None}
