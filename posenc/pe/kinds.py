@@ -187,14 +187,22 @@ def rotary_angles(freqs: RotaryFrequencies, positions: torch.Tensor) -> torch.Te
 def rotary_tables(
     freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin), each (N, d_rot/2), both multiplied by the method's attention scale.
+    """(cos, sin), each (N, d_rot/2), both multiplied by the method's attention scale; for FoPE the first K
+    pairs' cos and sin are the Fourier series of ``RotaryFrequencies.fourier_cos`` / ``fourier_sin``.
 
     Evaluated in float64 from the float64 angles and rounded once to ``dtype``: cos and sin of a large angle
     need its low bits, which a float32 angle has already lost.
     """
     angles = rotary_angles(freqs, positions)  # (N, d_rot/2) float64
     scale = freqs.attention_scale
-    return (torch.cos(angles) * scale).to(dtype), (torch.sin(angles) * scale).to(dtype)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    if freqs.fourier_cos is not None and freqs.fourier_sin is not None:  # FoPE: each pair a Fourier series
+        kept = freqs.fourier_cos.shape[0]
+        mix_cos = freqs.fourier_cos.to(device=cos.device, dtype=torch.float64)  # (K, K)
+        mix_sin = freqs.fourier_sin.to(device=sin.device, dtype=torch.float64)  # (K, K)
+        cos = torch.cat((cos[:, :kept] @ mix_cos, cos[:, kept:]), dim=-1)  # (N, d_rot/2)
+        sin = torch.cat((sin[:, :kept] @ mix_sin, sin[:, kept:]), dim=-1)  # (N, d_rot/2)
+    return (cos * scale).to(dtype), (sin * scale).to(dtype)
 
 
 def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:

@@ -11,9 +11,9 @@ Methods and the sources their formulas are read from:
   (``DynamicNTKAlphaRotaryEmbedding``), the same as transformers' HunYuan ``compute_ntk_alpha_rope_parameters``.
 - ``fope``: the floor-frequency clipping of Hua et al., "Fourier Position Embedding: Enhancing Attention's
   Periodic Extension for Length Generalization" (ICML 2025, https://arxiv.org/abs/2412.17739), as vLLM
-  ``vllm/model_executor/layers/rotary_embedding/fope.py`` (``FourierRotaryEmbedding``) implements it. FoPE's
-  Fourier-series coefficients are NOT applied (identity coefficients only): its cos and sin become independent
-  weighted sums of several frequencies, which one angle per pair (``RotaryFrequencies``) cannot express.
+  ``vllm/model_executor/layers/rotary_embedding/fope.py`` (``FourierRotaryEmbedding``) implements it, with its
+  Fourier-series coefficients: the kept pairs' cos and sin become weighted sums over the kept frequencies
+  (``RotaryFrequencies.fourier_cos`` / ``fourier_sin``, applied by ``posenc.pe.kinds.rotary_tables``).
 
 The shared apply (``posenc.pe.kinds.rotary_tables`` + ``apply_rotary``) rotates with the request's pairing; a zero
 frequency is the identity rotation, so pairs a method leaves unrotated pass through unchanged in either layout.
@@ -23,6 +23,7 @@ Frequencies are built in float64 and rounded once to the context dtype.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from pydantic import Field, model_validator
@@ -32,6 +33,8 @@ from posenc.pe.ops import rope_inv_freq
 from posenc.pe.registry import MethodParams, register
 from posenc.pe.types import RotaryContext, RotaryFrequencies
 from posenc.schemas.methods import Kind
+from posenc.schemas.tensors import TensorIn
+from posenc.tensors import to_torch
 
 PAIRING_CONVENTION = (
     "request option: half (GPT-NeoX/HF rotate_half) or interleaved (GPT-J/Meta); the method only changes "
@@ -144,6 +147,21 @@ class FopeParams(MethodParams):
         description="vLLM's alternative to the floor: keep the first n pairs and clip the rest; give it with "
         "train_length null",
     )
+    cos_coef: TensorIn | None = Field(
+        default=None,
+        description="(K, K) or (1, K, K) Fourier coefficients C of the K kept pairs: cos'_k = Σ_u cos(n·ω_u)·C[u, k] "
+        "(vLLM's cos_coef of a checkpoint, shared by the heads); default the identity",
+    )
+    sin_coef: TensorIn | None = Field(
+        default=None, description="(K, K) or (1, K, K) coefficients S: sin'_k = Σ_u sin(n·ω_u)·S[u, k]"
+    )
+    gain: float = Field(
+        default=0.0,
+        ge=0,
+        description="coefficients not given: fixed random C, S = I + xavier_normal(gain) (the authors' "
+        "eye_xavier_norm; their gains 0.3 / 0.4 / 0.6 for 60M / 180M / 1.2B models); 0: the identity",
+    )
+    seed: int = Field(default=0, ge=0, description="seed of the random coefficients (gain > 0)")
 
     @model_validator(mode="after")
     def _one_selection(self) -> FopeParams:
@@ -167,17 +185,19 @@ class FopeParams(MethodParams):
         "differ only at equality); compared in float64, vLLM compares the float32 ω",
         "clipped_pairs": "ω = 0: cos 1, sin 0, the identity, as vLLM pads its tables; the authors' code pads "
         "cos = sin = 1 instead (a fixed 45° turn with gain √2, so q·k gains 2 on those pairs), not supported",
-        "coefficients": "identity only: FoPE's Fourier series cos'_k = Σ_u C[u, k]·cos(n·ω_u), sin'_k = "
-        "Σ_u S[u, k]·sin(n·ω_u) (per KV head in vLLM) is not one angle per pair and is not applied",
+        "coefficients": "cos_coef and sin_coef shared by every head (vLLM's fope_sep_head=False; per-KV-head "
+        "coefficients are not supported); default the identity, which is RoPE with clipping",
         "rotary_dim": "d = rotary_dim; vLLM lays the tables over the whole head (rotary_dim = head_size)",
     },
 )
 def fope(params: FopeParams, ctx: RotaryContext) -> RotaryFrequencies:
-    """FoPE floor-frequency clipping: ω_k = θ^(−2k/d) if ω_k > 2π/L_train, else 0 (d = rotary_dim).
+    """FoPE: ω_k = θ^(−2k/d) if ω_k > 2π/L_train, else 0 (d = rotary_dim); over the K kept pairs
+    cos'_k(n) = Σ_u cos(n·ω_u)·C[u, k] and sin'_k(n) = Σ_u sin(n·ω_u)·S[u, k]; clipped pairs are the identity.
 
     Frequencies that do not complete one period within the training length are under-trained; FoPE replaces
-    them by the zero frequency, so those pairs carry no position (Hua et al., 2024). With num_inv_freq = n the
-    first n pairs are kept instead (vLLM). The Fourier-series coefficients are identity (see ``coefficients``).
+    them by the zero frequency, so those pairs carry no position, and lets each kept pair mix the kept
+    frequencies (a Fourier series; Hua et al., 2024). With num_inv_freq = n the first n pairs are kept instead
+    (vLLM). C and S default to the identity (plain RoPE with clipping).
     """
     pairs = ctx.rotary_dim // 2
     inv_freq = rope_inv_freq(params.base, ctx.rotary_dim, dtype=torch.float64)  # (d/2,)
@@ -191,4 +211,32 @@ def fope(params: FopeParams, ctx: RotaryContext) -> RotaryFrequencies:
     elif params.train_length is not None:
         floor = 2.0 * math.pi / params.train_length
         inv_freq = torch.where(inv_freq > floor, inv_freq, torch.zeros_like(inv_freq))  # (d/2,)
-    return _as_frequencies(inv_freq, ctx)
+    frequencies = _as_frequencies(inv_freq, ctx)
+    if params.cos_coef is None and params.sin_coef is None and params.gain == 0:
+        return frequencies
+    kept = int((inv_freq > 0).sum())  # the floor keeps a prefix: ω decreases with k
+    generator = torch.Generator().manual_seed(params.seed)
+    mix = {
+        name: _coefficients(getattr(params, name), name, kept, params.gain, generator)
+        for name in ("cos_coef", "sin_coef")
+    }
+    return replace(frequencies, fourier_cos=mix["cos_coef"], fourier_sin=mix["sin_coef"])
+
+
+def _coefficients(
+    value: TensorIn | None, name: str, kept: int, gain: float, generator: torch.Generator
+) -> torch.Tensor:
+    """A (K, K) coefficient matrix in float64: the given one ((1, K, K) squeezed), or I + N(0, σ²) with the
+    xavier-normal σ = gain·√(2 / (K + K)) (the identity at gain 0)."""
+    if value is None:
+        noise = torch.randn(kept, kept, generator=generator, dtype=torch.float64)  # (K, K)
+        return torch.eye(kept, dtype=torch.float64) + gain * math.sqrt(2.0 / (2 * kept)) * noise
+    matrix = to_torch(value, ("params", name)).to(torch.float64)
+    if matrix.dim() == 3 and matrix.shape[0] == 1:
+        matrix = matrix[0]  # (K, K): one set shared by the heads
+    if tuple(matrix.shape) != (kept, kept):
+        raise InvalidInput(
+            ("params", name),
+            f"must be (K, K) or (1, K, K) for the K = {kept} kept pairs, got {tuple(matrix.shape)}",
+        )
+    return matrix

@@ -135,6 +135,10 @@ class RotaryFrequencies:
     xpos_zeta: torch.Tensor | None = None  # (d_rot/2,) xPos per-pair decay base
     xpos_scale_base: float | None = None  # xPos lambda
     xpos_center: int = 0  # xPos: scale positions are n − center (cancels in q·k; keeps ζ^(±n/λ) in range)
+    # FoPE: the first K pairs' cos and sin become Fourier series over their K frequencies,
+    # cos'_k(n) = Σ_u cos(angle_u(n))·fourier_cos[u, k], sin'_k(n) = Σ_u sin(angle_u(n))·fourier_sin[u, k]
+    fourier_cos: torch.Tensor | None = None  # (K, K) float64
+    fourier_sin: torch.Tensor | None = None  # (K, K) float64
 
 
 @dataclass(frozen=True)

@@ -103,12 +103,15 @@ def test_bfloat16_q_is_rotated_in_float32_and_cast_last(client: TestClient, wire
 
 
 def _case(spec: MethodSpec, params: dict[str, Any], inline: Any) -> tuple[dict[str, Any], torch.Tensor]:
-    """A request for any rotary method, with 2-coordinate positions for the 2D ones."""
+    """A request for any rotary method, with 2- or 3-coordinate positions for the 2D and 3D ones."""
     probe = rotary_frequencies(spec, spec.parse_params(params), RotaryContext(rotary_dim=8, seq_len=6, num_heads=2))
     if probe.num_axes == 1:
         positions = torch.arange(6)
-    else:
+    elif probe.num_axes == 2:
         positions = torch.stack((torch.arange(6) // 3, torch.arange(6) % 3), dim=-1)  # (6, 2) on a 2x3 grid
+    else:
+        grid = torch.arange(6)
+        positions = torch.stack((grid // 6, grid // 3, grid % 3), dim=-1)  # (6, 3) on a 1x2x3 grid
     return {"positions": positions.tolist() if probe.num_axes == 1 else inline(positions)}, positions
 
 

@@ -33,6 +33,11 @@ def rotate(x: torch.Tensor, freqs: RotaryFrequencies, positions: torch.Tensor, p
     return apply_rotary(x, cos, sin, pairing=pairing)
 
 
+def inline(t: torch.Tensor) -> dict[str, Any]:
+    """A tensor as a request gives it: float64, flat data and its shape."""
+    return {"dtype": "float64", "shape": list(t.shape), "data": t.flatten().tolist()}
+
+
 def rope_frequencies(base: float, dim: int) -> torch.Tensor:
     """ω_k = base^(−2k/d), written out here so the references do not call the code under test."""
     return torch.tensor([base ** (-2.0 * k / dim) for k in range(dim // 2)], dtype=torch.float64)
@@ -247,3 +252,55 @@ def test_fope_refusals() -> None:
     with pytest.raises(InvalidInput) as error:
         rotary_frequencies(spec, spec.parse_params({"train_length": None, "num_inv_freq": 9}), RotaryContext(16, 4))
     assert error.value.loc == ("params", "num_inv_freq")
+
+
+@pytest.mark.parametrize(("dim", "train_length"), [(64, 512), (32, 64)])
+def test_fope_matches_vllm_with_its_fourier_coefficients(dim: int, train_length: int) -> None:
+    kept = vllm_fope_inv_freq(10000.0, dim, train_length, None)
+    generator = torch.Generator().manual_seed(dim)
+    # vLLM's checkpoints hold (num_kv_heads, K, K); one set shared by the heads: its fope_sep_head=False
+    cos_coef = torch.eye(len(kept), dtype=torch.float64) + 0.1 * torch.randn(
+        len(kept), len(kept), generator=generator, dtype=torch.float64
+    )
+    sin_coef = torch.eye(len(kept), dtype=torch.float64) + 0.1 * torch.randn(
+        len(kept), len(kept), generator=generator, dtype=torch.float64
+    )
+    params = {"train_length": train_length, "cos_coef": inline(cos_coef[None]), "sin_coef": inline(sin_coef)}
+    freqs = frequencies("fope", params, dim)
+    positions = torch.tensor([0, 1, 5, 300, 4095])
+    ref_cos, ref_sin = vllm_fope_tables(positions, kept, cos_coef, sin_coef, dim)
+    cos, sin = rotary_tables(freqs, positions, torch.float64)
+    torch.testing.assert_close(cos, ref_cos, rtol=0.0, atol=1e-10)
+    torch.testing.assert_close(sin, ref_sin, rtol=0.0, atol=1e-10)
+    x = torch.randn(2, len(positions), dim, dtype=torch.float64, generator=generator)
+    torch.testing.assert_close(
+        rotate(x, freqs, positions, "half"), vllm_neox_apply(x, ref_cos, ref_sin), rtol=0.0, atol=1e-9
+    )
+    # general coefficients break relativity: the same offset at another place scores differently
+    q, k = torch.randn(2, 1, dim, dtype=torch.float64, generator=generator)
+    near = (rotate(q, freqs, torch.tensor([3]), "half") * rotate(k, freqs, torch.tensor([1]), "half")).sum()
+    far = (rotate(q, freqs, torch.tensor([203]), "half") * rotate(k, freqs, torch.tensor([201]), "half")).sum()
+    assert abs(float(near - far)) > 1e-6
+
+
+def test_fope_coefficients_of_the_wrong_size_are_refused() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        frequencies("fope", {"train_length": 512, "cos_coef": inline(torch.eye(3))}, 64)
+    assert raised.value.loc == ("params", "cos_coef")
+
+
+def test_fope_fixed_random_coefficients_are_seeded_and_identity_at_gain_zero() -> None:
+    first = frequencies("fope", {"train_length": 512, "gain": 0.3, "seed": 1}, 64)
+    again = frequencies("fope", {"train_length": 512, "gain": 0.3, "seed": 1}, 64)
+    other = frequencies("fope", {"train_length": 512, "gain": 0.3, "seed": 2}, 64)
+    assert first.fourier_cos is not None
+    assert again.fourier_cos is not None
+    assert other.fourier_cos is not None
+    assert first.fourier_sin is not None
+    assert torch.equal(first.fourier_cos, again.fourier_cos)
+    assert not torch.equal(first.fourier_cos, other.fourier_cos)
+    assert not torch.equal(first.fourier_cos, first.fourier_sin)  # separate bases, as the authors' configs
+    kept = first.fourier_cos.shape[0]
+    spread = float((first.fourier_cos - torch.eye(kept, dtype=torch.float64)).std())
+    assert 0.5 * 0.3 / math.sqrt(kept) < spread < 2 * 0.3 / math.sqrt(kept)  # xavier normal: gain·√(2/(2K))
+    assert frequencies("fope", {"train_length": 512}, 64).fourier_cos is None
