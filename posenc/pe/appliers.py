@@ -732,17 +732,23 @@ class RotaryApplier(Applier):
     def fast_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
+        q, k = self.rotate_cached(q, k)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def rotate_cached(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k (B, H, T, d) at positions arange(T), the tables built once per (T, device) when the applier
+        has a cache (the training layers'): the hot path of a rotary layer."""
         length, device = q.shape[-2], q.device
 
         def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-            cos, sin, scale, _ = self.tables(positions(length, device), length)  # (T, d_rot/2) each
+            cos, sin, scale = self.tables(positions(length, device), length)[:3]  # (T, d_rot/2) each
             return cos, sin, scale
 
         cos, sin, scale = self._cached(("rotary", length, str(device)), build)
         pairing = self.layer.pairing
         q = apply_rotary(q, cos, sin, pairing=pairing, scale=scale)
         k = apply_rotary(k, cos, sin, pairing=pairing, scale=None if scale is None else scale.reciprocal())
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return q, k
 
     def positional_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None

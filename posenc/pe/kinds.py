@@ -53,6 +53,10 @@ def bias_dense(
     Positions default to i + ctx.query_offset for queries and j for keys (0-based).
     """
     _expect_kind(spec, Kind.BIAS)
+    if spec.toeplitz and q_pos is None and k_pos is None:
+        # one value per i − j: the (H, Nq + Nk − 1) table, expanded with a strided view and one copy (the
+        # method's own dense formula would make several passes over the (H, Nq, Nk) output)
+        return toeplitz_to_dense(bias_toeplitz(spec, params, ctx), ctx.query_length, ctx.key_length)
     if q_pos is None:
         q_pos = torch.arange(ctx.query_length, dtype=torch.int64, device=ctx.device) + ctx.query_offset
     if k_pos is None:
@@ -88,11 +92,19 @@ def bias_toeplitz(spec: MethodSpec, params: MethodParams, ctx: BiasContext) -> t
 
 
 def toeplitz_to_dense(table: torch.Tensor, query_length: int, key_length: int) -> torch.Tensor:
-    """Expand (H, Nq + Nk − 1) to (H, Nq, Nk) with B[h, i, j] = table[h, i − j + Nk − 1]."""
-    i = torch.arange(query_length, device=table.device)[:, None]
-    j = torch.arange(key_length, device=table.device)[None, :]
-    index = i - j + key_length - 1  # (Nq, Nk)
-    return table[:, index]  # (H, Nq, Nk)
+    """Expand (H, Nq + Nk − 1) to (H, Nq, Nk) with B[h, i, j] = table[h, i − j + Nk − 1], in one copy.
+
+    With the table reversed, rev[h, m] = table[h, Nq + Nk − 2 − m], B[h, i, j] = rev[h, (Nq − 1 − i) + j]: row
+    i is a contiguous window of rev. The windows are a strided view (no copy); flipping its rows writes B in one
+    pass over the output, as fast as a clone of it.
+    """
+    width = query_length + key_length - 1
+    if table.shape[-1] != width:
+        raise ValueError(f"a Toeplitz table for {query_length} x {key_length} has {width} columns, got {table.shape}")
+    reversed_table = table.flip(-1).contiguous()  # (H, Nq + Nk − 1)
+    heads = reversed_table.shape[0]
+    windows = reversed_table.as_strided((heads, query_length, key_length), (width, 1, 1))  # [h, r, j] = rev[h, r + j]
+    return windows.flip(1)  # (H, Nq, Nk): row i is window Nq − 1 − i
 
 
 # ----------------------------------------------------------------------------------------------- rotary
@@ -247,12 +259,26 @@ def apply_rotary(
     if rot_dim > x.shape[-1]:
         raise InvalidInput(("rotary_dim",), f"rotary_dim {rot_dim} is larger than the head dim {x.shape[-1]}")
     compute = cos.dtype
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
+    if x.dtype == compute and not needs_grad:
+        # one output buffer: the rotated features written in place, the rest copied once (partial rotary)
+        out = torch.empty_like(x)
+        rotated = rotate_pairs(x[..., :rot_dim], cos, sin, pairing, out=out[..., :rot_dim])
+        if scale is not None:
+            rotated.mul_(_per_feature(scale, pairing))
+        if rot_dim < x.shape[-1]:
+            out[..., rot_dim:].copy_(x[..., rot_dim:])
+        return out
     rotated_part, passthrough = x[..., :rot_dim].to(compute), x[..., rot_dim:]
     rotated = rotate_pairs(rotated_part, cos, sin, pairing)
     if scale is not None:
-        # both members of pair k share scale_k; expand to the feature layout of the pairing
-        per_feature = torch.cat((scale, scale), -1) if pairing == "half" else scale.repeat_interleave(2, -1)
-        rotated = rotated * per_feature
+        rotated = rotated * _per_feature(scale, pairing)
     if passthrough.shape[-1] == 0:
         return rotated.to(x.dtype)
     return torch.cat((rotated.to(x.dtype), passthrough), dim=-1)
+
+
+def _per_feature(scale: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+    """xPos's per-pair scale (N, d_rot/2) laid out like the pairing's features (N, d_rot): both members of pair k
+    share scale_k."""
+    return torch.cat((scale, scale), -1) if pairing == "half" else scale.repeat_interleave(2, -1)

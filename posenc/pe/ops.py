@@ -41,19 +41,56 @@ def relative_positions(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor
     return q_pos[:, None] - k_pos[None, :]
 
 
-def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+def rotate_pairs(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairing, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Rotate every feature pair of ``x`` (..., N, d_rot) by the angles whose cos/sin are (N, d_rot/2).
 
     half:        pairs (k, k + d/2):  y[k] = x[k]cos − x[k+d/2]sin,  y[k+d/2] = x[k]sin + x[k+d/2]cos
     interleaved: pairs (2k, 2k + 1):  y[2k] = x[2k]cos − x[2k+1]sin, y[2k+1] = x[2k]sin + x[2k+1]cos
+
+    Written into ``out`` (default a new tensor; it may be a view, e.g. the rotated slice of a wider output).
     """
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return _rotate_pairs_differentiable(x, cos, sin, pairing, out)
+    if out is None:
+        out = torch.empty(x.shape, dtype=torch.result_type(x, cos), device=x.device)
     if pairing == "half":
         half = x.shape[-1] // 2
         first, second = x[..., :half], x[..., half:]
-        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
-    even, odd = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (..., N, d_rot/2, 2)
-    return rotated.flatten(-2)  # (..., N, d_rot): back to interleaved order
+        out_first, out_second = out[..., :half], out[..., half:]
+    else:
+        first, second = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
+        out_first, out_second = out[..., 0::2], out[..., 1::2]
+    # written into one output: two passes per half instead of six temporaries and a concatenation
+    torch.mul(first, cos, out=out_first)
+    torch.mul(first, sin, out=out_second)
+    if out.dtype == torch.float64:
+        # float64 is the reference dtype: each product rounded, then the sum, exactly as the plain formula
+        out_first.sub_(second * sin)
+        out_second.add_(second * cos)
+    else:  # a fused multiply-add: one rounding fewer than the plain formula, never one more
+        out_first.addcmul_(second, sin, value=-1)
+        out_second.addcmul_(second, cos)
+    return out
+
+
+def _rotate_pairs_differentiable(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairing, out: torch.Tensor | None
+) -> torch.Tensor:
+    """The same rotation out of differentiable ops (autograd refuses out= arguments), for training."""
+    if pairing == "half":
+        half = x.shape[-1] // 2
+        first, second = x[..., :half], x[..., half:]
+        rotated = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+    else:
+        even, odd = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
+        pairs = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (..., N, d_rot/2, 2)
+        rotated = pairs.flatten(-2)  # (..., N, d_rot): back to interleaved order
+    if out is None:
+        return rotated
+    out.copy_(rotated)
+    return out
 
 
 def half_to_interleaved_permutation(dim: int) -> torch.Tensor:
