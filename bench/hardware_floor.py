@@ -37,11 +37,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compute_bench import live_gateway  # noqa: E402  (the gateway launcher of the sibling script)
+from compute_bench import live_gateway
 
-from posenc import pe  # noqa: E402
-from posenc.pe.appliers import Layer, build_applier  # noqa: E402
-from posenc.schemas.methods import Kind  # noqa: E402
+from posenc import pe
+from posenc.pe.appliers import Layer, build_applier
+from posenc.schemas.methods import Kind
 
 MiB = 1 << 20
 
@@ -105,7 +105,11 @@ def bench_bias(repeats: int) -> list[Row]:
         ctx = pe.BiasContext(num_heads=8, query_length=4096, key_length=4096, causal=True, dtype=torch.float32)
         if spec.learned and spec.learned_init is not None:
             params = params.model_copy(update=spec.learned_init(params, ctx))
-        measured, baseline = paired(lambda: pe.bias_dense(spec, params, ctx), same_bytes.clone, repeats)
+
+        def dense(spec: Any = spec, params: Any = params, ctx: Any = ctx) -> object:
+            return pe.bias_dense(spec, params, ctx)
+
+        measured, baseline = paired(dense, same_bytes.clone, repeats)
         rows.append(Row(f"bias dense {name} (8,4096,4096)", measured, "clone 512 MiB", baseline))
     return rows
 
