@@ -205,11 +205,12 @@ class BaseClient:
     def _raise_for_status(request: HTTPRequest, response: HTTPResponse) -> None:
         if response.status < 400:
             return
-        problem = ProblemDetails.from_body(status=response.status, reason=response.reason, body=response.content)
+        body = bytes(response.content)  # error bodies are small problem documents
+        problem = ProblemDetails.from_body(status=response.status, reason=response.reason, body=body)
         error_class: type[APIStatusError] = error_class_for(response.status)
         raise error_class(
             problem=problem,
-            body=response.content,
+            body=body,
             headers=response.headers,
             method=request.method,
             url=response.url,

@@ -30,7 +30,8 @@ def decode_raw_tensors(response: HTTPResponse) -> tuple[dict[str, RawTensor], di
         shape = tuple(int(size) for size in shape_text.split(",") if size.strip())
         dtype = response.header("x-tensor-dtype") or "float32"
         meta = _json_or_text(response.header("x-posenc-meta") or "{}")
-        tensor = RawTensor(dtype, shape, bytearray(response.content))
+        content = response.content
+        tensor = RawTensor(dtype, shape, content if isinstance(content, bytearray) else bytearray(content))
         return {name: tensor}, meta if isinstance(meta, dict) else {}
     if media_type == JSON:
         payload = json.loads(response.content)

@@ -38,7 +38,8 @@ def write_safetensors(tensors: Mapping[str, RawTensor], *, metadata: Mapping[str
 
 
 def read_safetensors(body: bytes | bytearray) -> tuple[dict[str, RawTensor], dict[str, str]]:
-    """Tensors (each its own writable copy) and the ``__metadata__`` strings."""
+    """Tensors and the ``__metadata__`` strings: views of a bytearray body (no copy), copies of a bytes one
+    (so every tensor's data is writable either way)."""
     if len(body) < 8:
         raise ValueError("not a safetensors body: shorter than its 8-byte header length")
     (header_length,) = struct.unpack_from("<Q", body, 0)
@@ -48,14 +49,13 @@ def read_safetensors(body: bytes | bytearray) -> tuple[dict[str, RawTensor], dic
     start = 8 + header_length
     metadata = {str(key): str(value) for key, value in (header.pop("__metadata__", None) or {}).items()}
     tensors: dict[str, RawTensor] = {}
+    # a writable body (the transport's one buffer) is viewed, not copied; read-only bytes are copied per tensor
+    view = memoryview(body) if isinstance(body, bytearray) else None
     for name, entry in header.items():
         code = entry["dtype"]
         if code not in BY_SAFETENSORS_CODE:
             raise ValueError(f"tensor {name!r} has dtype {code}, which the SDK does not decode")
         begin, end = entry["data_offsets"]
-        tensors[name] = RawTensor(
-            BY_SAFETENSORS_CODE[code].name,
-            tuple(int(size) for size in entry["shape"]),
-            bytearray(body[start + begin : start + end]),
-        )
+        data = view[start + begin : start + end] if view is not None else bytearray(body[start + begin : start + end])
+        tensors[name] = RawTensor(BY_SAFETENSORS_CODE[code].name, tuple(int(size) for size in entry["shape"]), data)
     return tensors, metadata

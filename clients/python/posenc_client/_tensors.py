@@ -72,7 +72,7 @@ class RawTensor:
 
     dtype: str
     shape: Shape
-    data: bytearray  # owned and writable: frombuffer on bytes would warn about a read-only buffer
+    data: bytearray | memoryview  # writable (frombuffer on bytes would warn): owned, or a view of a response buffer
 
     def __post_init__(self) -> None:
         expected = math.prod(self.shape) * dtype_info(self.dtype).itemsize
@@ -201,9 +201,9 @@ def _round_to_bfloat16(word: int) -> int:
     return ((word + 0x7FFF + ((word >> 16) & 1)) >> 16) & 0xFFFF
 
 
-def _byteswap(data: bytearray, info: DType) -> bytearray:
+def _byteswap(data: bytearray | memoryview, info: DType) -> bytearray:
     if info.itemsize == 1:
-        return data
+        return data if isinstance(data, bytearray) else bytearray(data)
     swapped = bytearray(len(data))
     for start in range(0, len(data), info.itemsize):
         swapped[start : start + info.itemsize] = data[start : start + info.itemsize][::-1]

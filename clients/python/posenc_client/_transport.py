@@ -33,7 +33,7 @@ class HTTPResponse:
     status: int
     reason: str
     headers: dict[str, str]  # keys lower-cased
-    content: bytes
+    content: bytes | bytearray  # a bytearray when read into one buffer sized from Content-Length (writable)
     url: str
 
     def header(self, name: str) -> str | None:
@@ -65,7 +65,59 @@ def _query_value(value: str | int | float | bool) -> str:
     return str(value)
 
 
-def _response(raw: httpx.Response, content: bytes) -> HTTPResponse:
+def _identity_length(raw: httpx.Response) -> int | None:
+    """The body's length when it arrives as is (no content coding) and the server declared it, else None."""
+    if raw.headers.get("content-encoding", "identity").lower() not in ("", "identity"):
+        return None
+    length = raw.headers.get("content-length")
+    return int(length) if length is not None and length.isdigit() else None
+
+
+def _into_buffer(size: int) -> tuple[bytearray, memoryview]:
+    buffer = bytearray(size)
+    return buffer, memoryview(buffer)
+
+
+def _body_error(raw: httpx.Response, filled: int, size: int) -> httpx.TransportError:
+    return httpx.RemoteProtocolError(f"the body ended after {filled} of {size} bytes", request=raw.request)
+
+
+def _read_sync(raw: httpx.Response) -> bytes | bytearray:
+    """The whole body: copied once, chunk by chunk as the socket delivers it, into one buffer of Content-Length
+    bytes (no joining of chunks, no second copy); tensors are then views of it. Without a length: read()."""
+    size = _identity_length(raw)
+    if size is None:
+        return raw.read()
+    buffer, view = _into_buffer(size)
+    filled = 0
+    for chunk in raw.iter_raw():
+        if filled + len(chunk) > size:
+            raise _body_error(raw, filled + len(chunk), size)
+        view[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
+    if filled != size:
+        raise _body_error(raw, filled, size)
+    return buffer
+
+
+async def _read_async(raw: httpx.Response) -> bytes | bytearray:
+    """``_read_sync`` for the async client."""
+    size = _identity_length(raw)
+    if size is None:
+        return await raw.aread()
+    buffer, view = _into_buffer(size)
+    filled = 0
+    async for chunk in raw.aiter_raw():
+        if filled + len(chunk) > size:
+            raise _body_error(raw, filled + len(chunk), size)
+        view[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
+    if filled != size:
+        raise _body_error(raw, filled, size)
+    return buffer
+
+
+def _response(raw: httpx.Response, content: bytes | bytearray) -> HTTPResponse:
     return HTTPResponse(
         status=raw.status_code,
         reason=raw.reason_phrase,
@@ -99,10 +151,10 @@ class SyncTransport:
 
     def send(self, request: HTTPRequest) -> HTTPResponse:
         try:
-            raw = self._client.request(request.method, request.path, **_build(request))
+            with self._client.stream(request.method, request.path, **_build(request)) as raw:
+                return _response(raw, _read_sync(raw))
         except httpx.TransportError as exc:
             raise _connection_error(exc, request, self._base_url + request.path) from exc
-        return _response(raw, raw.content)
 
     def download(self, request: HTTPRequest, *, sink: IO[bytes]) -> HTTPResponse:
         """Stream a 2xx body into ``sink``; an error body is read whole and returned as content."""
@@ -136,10 +188,10 @@ class AsyncTransport:
 
     async def send(self, request: HTTPRequest) -> HTTPResponse:
         try:
-            raw = await self._client.request(request.method, request.path, **_build(request))
+            async with self._client.stream(request.method, request.path, **_build(request)) as raw:
+                return _response(raw, await _read_async(raw))
         except httpx.TransportError as exc:
             raise _connection_error(exc, request, self._base_url + request.path) from exc
-        return _response(raw, raw.content)
 
     async def download(self, request: HTTPRequest, *, sink: IO[bytes]) -> HTTPResponse:
         try:

@@ -313,3 +313,27 @@ def test_per_head_heatmaps_of_a_bias_and_an_attention_map(compute_gateway: Any, 
     assert len([axis for axis in plot_heads(attention, batch_index=1).axes if axis.get_images()]) == 3
     with pytest.raises(ValueError, match="expected"):
         plot_heads(np.zeros(5))
+
+
+def test_a_binary_answer_is_read_into_one_buffer_and_its_tensors_are_views_of_it(compute_gateway: Any) -> None:
+    """Zero-copy reading: the transport fills one bytearray of Content-Length bytes, and the safetensors and
+    octet-stream decoders view it instead of copying each tensor."""
+    from posenc_client._results import decode_raw_tensors
+    from posenc_client._transport import HTTPRequest, SyncTransport
+
+    transport = SyncTransport(base_url=compute_gateway.url, timeout_s=60, connect_timeout_s=10, headers={})
+    body = {"method": "alibi", "num_heads": 4, "query_length": 64, "causal": False}
+    try:
+        for accept in ("application/vnd.safetensors", "application/octet-stream"):
+            request = HTTPRequest(method="POST", path="/v1/bias", headers={"Accept": accept}, json_body=body)
+            response = transport.send(request)
+            assert response.status == 200
+            assert isinstance(response.content, bytearray)
+            assert len(response.content) == int(response.headers["content-length"])
+            tensors, _ = decode_raw_tensors(response)
+            data = tensors["bias"].data
+            assert isinstance(data, memoryview | bytearray)
+            assert (data.obj if isinstance(data, memoryview) else data) is response.content  # a view, not a copy
+            assert len(data) == 4 * 64 * 64 * 4
+    finally:
+        transport.close()

@@ -35,7 +35,7 @@ def _post(path: str, body: dict[str, Any]) -> HTTPRequest:
     return HTTPRequest(method="POST", path=f"/v1/rope/{path}", headers=JSON_ACCEPT, json_body=body)
 
 
-def _json(content: bytes) -> dict[str, Any]:
+def _json(content: bytes | bytearray) -> dict[str, Any]:
     value: dict[str, Any] = json.loads(content)
     return value
 
