@@ -40,6 +40,7 @@ fmt: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/compute_bench.py
+	$(BIN)/python bench/hardware_floor.py
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/json_body_memory.py
 	$(BIN)/python bench/job_overhead.py

@@ -11,6 +11,8 @@ Rows (medians of alternated runs; nothing is asserted, a reader judges the table
               compute included, from the real gateway (uvicorn) on loopback
               vs  moving 32 MiB through a raw loopback socket
     lean      the same bias read by http.client (the server's own cost)   vs  the raw socket
+    small     p50 / p99 of a small JSON request (POST /v1/bias, H=2, N=16) from 32 concurrent clients in a
+              separate load process   vs  the same for GET /healthz (the server's floor for any request)
 
 Usage, from the repository root (ideally on a quiet machine; torch uses ``--threads`` threads):
 
@@ -197,6 +199,53 @@ def bench_transport(repeats: int) -> list[Row]:
     return rows
 
 
+LOAD_SCRIPT = """
+import json, statistics, sys, threading, time, http.client
+host, port, path, body, per_client = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+latencies, lock = [], threading.Lock()
+def client():
+    connection = http.client.HTTPConnection(host, port)
+    mine = []
+    for _ in range(per_client):
+        start = time.perf_counter()
+        if body:
+            connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        else:
+            connection.request("GET", path)
+        connection.getresponse().read()
+        mine.append(time.perf_counter() - start)
+    with lock:
+        latencies.extend(mine)
+threads = [threading.Thread(target=client) for _ in range(32)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+latencies.sort()
+print(json.dumps({"p50": latencies[len(latencies) // 2], "p99": latencies[int(len(latencies) * 0.99)]}))
+"""
+
+
+def concurrent_latency(url: str, path: str, body: str, per_client: int) -> dict[str, float]:
+    """p50 and p99 of 32 concurrent keep-alive clients in a separate process (its own interpreter and GIL)."""
+    import subprocess
+
+    host, port = url.removeprefix("http://").split(":")
+    command = [sys.executable, "-c", LOAD_SCRIPT, host, port, path, body, str(per_client)]
+    result: dict[str, float] = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    return result
+
+
+def bench_small_requests(per_client: int) -> list[Row]:
+    small = json.dumps({"method": "alibi", "num_heads": 2, "query_length": 16})
+    with live_gateway() as url:
+        concurrent_latency(url, "/healthz", "", 5)  # warm-up: connections, imports
+        floor = concurrent_latency(url, "/healthz", "", per_client)
+        measured = concurrent_latency(url, "/v1/bias", small, per_client)
+    return [
+        Row("small JSON bias, 32 clients: p50", measured["p50"], "GET /healthz p50", floor["p50"]),
+        Row("small JSON bias, 32 clients: p99", measured["p99"], "GET /healthz p99", floor["p99"]),
+    ]
+
+
 def print_table(rows: list[Row]) -> None:
     header = f"{'measured':<38} {'median':>9}  {'baseline':<22} {'median':>9}  {'ratio':>7}"
     print(header)
@@ -218,7 +267,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} repeats, medians")
     rows = bench_rotary(args.repeats) + bench_bias(args.repeats)
     if not args.no_server:
-        rows += bench_transport(args.repeats)
+        rows += bench_transport(args.repeats) + bench_small_requests(per_client=50)
     print_table(rows)
 
 

@@ -88,22 +88,33 @@ class MethodSpec:
         return self.params_model.model_validate(raw or {})
 
     def info(self) -> MethodInfo:
-        return MethodInfo(
-            name=self.name,
-            kind=self.kind,
-            family=self.family,
-            paper=self.paper,
-            summary=self.summary,
-            learned=self.learned,
-            toeplitz=self.toeplitz,
-            axes=self.axes,
-            per_layer=self.per_layer,
-            needs=sorted(self.needs),
-            causal_only=self.causal_only,
-            model_coupled=self.state_init is not None,
-            params_schema=self.params_model.model_json_schema(),
-            conventions=dict(self.conventions),
-        )
+        """The catalogue entry (``GET /v1/methods``): built once per method, since the JSON schema of the params
+        is the costly part and never changes. A copy, so a caller cannot alter the cached one."""
+        if self.name not in _INFO:
+            _INFO[self.name] = _method_info(self)
+        return _INFO[self.name].model_copy(deep=True)
+
+
+_INFO: dict[str, MethodInfo] = {}  # the catalogue entries, by method name
+
+
+def _method_info(self: MethodSpec) -> MethodInfo:
+    return MethodInfo(
+        name=self.name,
+        kind=self.kind,
+        family=self.family,
+        paper=self.paper,
+        summary=self.summary,
+        learned=self.learned,
+        toeplitz=self.toeplitz,
+        axes=self.axes,
+        per_layer=self.per_layer,
+        needs=sorted(self.needs),
+        causal_only=self.causal_only,
+        model_coupled=self.state_init is not None,
+        params_schema=self.params_model.model_json_schema(),
+        conventions=dict(self.conventions),
+    )
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
