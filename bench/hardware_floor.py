@@ -3,20 +3,26 @@
 Rows (medians of alternated runs; nothing is asserted, a reader judges the table):
 
     rotary    the shared rotary apply on q and k (1, 32, 4096, 128) float32, through a layer's applier (tables
-              cached as a training layer caches them), each pairing, full and partial rotation
+              cached as a training layer caches them): RoPE in each pairing, partial rotation, xPos scaling,
+              and the in-place (out=) variant
               vs  cloning q and k (one read and one write of each: the bandwidth floor)
     bias      the dense (8, 4096, 4096) float32 bias of every Toeplitz bias method (ALiBi, T5, KERPLE, ...)
               vs  cloning a tensor of the same bytes
-    sdk       a 32 MiB octet-stream bias fetched through the SDK, Client().bias.compute, sync and async,
-              compute included, from the real gateway (uvicorn) on loopback
-              vs  moving 32 MiB through a raw loopback socket
-    lean      the same bias read by http.client (the server's own cost)   vs  the raw socket
-    small     p50 / p99 of a small JSON request (POST /v1/bias, H=2, N=16) from 32 concurrent clients in a
-              separate load process   vs  the same for GET /healthz (the server's floor for any request)
+    transport a 32 MiB octet-stream bias fetched through the SDK, Client().bias.compute, sync and async,
+              compute included, from the real gateway (uvicorn) on loopback; the same bias read by
+              http.client (the server's own cost); a 32 MiB q sent by the SDK, rotated and read back
+              vs  moving the same bytes through a raw loopback socket
+    small     p50 / p99 of a small JSON request (POST /v1/bias, H=2, N=16) from 32 concurrent keep-alive
+              clients in a separate load process: closed loop (each client sends again when answered), and
+              paced (each client 20 requests/s)
+              vs  the same for GET /healthz (the server's floor for any request)
+    training  tokens/s of the training model's step, and of the job trainer, at 2 layers, d=128, 4 heads,
+              T=128, B=32 for learned_absolute, alibi and rope (bench/train_throughput.py)
+              vs  a minimal GPT written the way nanoGPT's model.py is, same parameter count
 
 Usage, from the repository root (ideally on a quiet machine; torch uses ``--threads`` threads):
 
-    .venv/bin/python bench/hardware_floor.py [--repeats 7] [--threads 2] [--no-server]
+    .venv/bin/python bench/hardware_floor.py [--repeats 7] [--threads 2] [--only rotary bias ...] [--no-server]
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from compute_bench import live_gateway
 
 from posenc import pe
 from posenc.pe.appliers import Layer, build_applier
+from posenc.pe.kinds import apply_rotary
 from posenc.schemas.methods import Kind
 
 MiB = 1 << 20
@@ -84,8 +91,9 @@ def bench_rotary(repeats: int) -> list[Row]:
     def clone_both() -> object:
         return q.clone(), k.clone()
 
-    for pairing, rotary_dim in (("half", 128), ("interleaved", 128), ("half", 64)):
-        spec = pe.get_method("rope")
+    setups = (("rope", "half", 128), ("rope", "interleaved", 128), ("rope", "half", 64), ("xpos", "half", 128))
+    for method, pairing, rotary_dim in setups:
+        spec = pe.get_method(method)
         layer = Layer(num_heads=32, head_dim=128, causal=True, pairing=pairing, rotary_dim=rotary_dim)  # type: ignore[arg-type]
         applier = build_applier(spec, spec.parse_params({}), layer, cache={})
 
@@ -93,7 +101,24 @@ def bench_rotary(repeats: int) -> list[Row]:
             return applier.rotate_cached(q, k)
 
         measured, baseline = paired(rotate, clone_both, repeats)
-        rows.append(Row(f"rotary q,k {pairing} d_rot={rotary_dim}", measured, "clone q and k", baseline))
+        name = f"rotary q,k {method} {pairing} d_rot={rotary_dim}"
+        rows.append(Row(name, measured, "clone q and k", baseline))
+
+    # the out= variant: a caller that owns q and k rotates them in place, with no output allocated
+    rope = pe.get_method("rope")
+    cos, sin, _, _ = build_applier(rope, rope.parse_params({}), Layer(num_heads=32, head_dim=128, causal=True)).tables(
+        torch.arange(4096), 4096
+    )
+    owned_q, owned_k = q.clone(), k.clone()
+
+    def rotate_in_place() -> object:
+        return (
+            apply_rotary(owned_q, cos, sin, pairing="half", out=owned_q),
+            apply_rotary(owned_k, cos, sin, pairing="half", out=owned_k),
+        )
+
+    measured, baseline = paired(rotate_in_place, clone_both, repeats)
+    rows.append(Row("rotary q,k rope half, in place (out=)", measured, "clone q and k", baseline))
     return rows
 
 
@@ -196,40 +221,70 @@ def bench_transport(repeats: int) -> list[Row]:
 
         measured, baseline = asyncio.run(async_rows())
         rows.append(Row("SDK AsyncClient 32 MiB bias", measured, "raw loopback 32 MiB", baseline))
+
+        # the other direction too: a 32 MiB q sent as safetensors (views of the tensor's memory), rotated, and
+        # its 32 MiB answer read back; the floor moves the same 64 MiB through the raw socket
+        q = torch.randn(1, 8, 1024, 1024, generator=torch.Generator().manual_seed(1))  # (B, H, N, d) 32 MiB
+        with Client(base_url=url) as client:
+
+            def upload() -> object:
+                return client.rotary.apply(q, method="rope", rotate="query", upload="safetensors").q
+
+            def raw_both_ways() -> object:
+                return raw_socket_seconds(size) + raw_socket_seconds(size)
+
+            measured, baseline = paired(upload, raw_both_ways, repeats)
+            rows.append(Row("SDK send 32 MiB q, rotate, read", measured, "raw loopback 2 x 32 MiB", baseline))
     return rows
 
 
-LOAD_SCRIPT = """
-import json, statistics, sys, threading, time, http.client
-host, port, path, body, per_client = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
-latencies, lock = [], threading.Lock()
-def client():
-    connection = http.client.HTTPConnection(host, port)
-    mine = []
+LOAD_SCRIPT = r"""
+import asyncio, json, sys, time
+host, port, path, body, per_client, clients, interval = sys.argv[1:8]
+port, per_client, clients, interval = int(port), int(per_client), int(clients), float(interval)
+head = f"{'POST' if body else 'GET'} {path} HTTP/1.1\r\nHost: {host}\r\n"
+if body:
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+request = (head + "\r\n" + body).encode()
+latencies = []
+async def client(index):
+    reader, writer = await asyncio.open_connection(host, port)
+    loop = asyncio.get_running_loop()
+    next_at = loop.time() + interval * index / clients  # paced clients start spread over one interval
     for _ in range(per_client):
+        if interval:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            next_at += interval
         start = time.perf_counter()
-        if body:
-            connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-        else:
-            connection.request("GET", path)
-        connection.getresponse().read()
-        mine.append(time.perf_counter() - start)
-    with lock:
-        latencies.extend(mine)
-threads = [threading.Thread(target=client) for _ in range(32)]
-for thread in threads: thread.start()
-for thread in threads: thread.join()
+        writer.write(request)
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in headers.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        await reader.readexactly(length)
+        latencies.append(time.perf_counter() - start)
+    writer.close()
+async def main():
+    await asyncio.gather(*(client(index) for index in range(clients)))
+began = time.perf_counter()
+asyncio.run(main())
+elapsed = time.perf_counter() - began
 latencies.sort()
-print(json.dumps({"p50": latencies[len(latencies) // 2], "p99": latencies[int(len(latencies) * 0.99)]}))
+print(json.dumps({"p50": latencies[len(latencies) // 2], "p99": latencies[int(len(latencies) * 0.99)],
+                  "per_s": len(latencies) / elapsed}))
 """
+CLIENTS = 32
 
 
-def concurrent_latency(url: str, path: str, body: str, per_client: int) -> dict[str, float]:
-    """p50 and p99 of 32 concurrent keep-alive clients in a separate process (its own interpreter and GIL)."""
+def concurrent_latency(url: str, path: str, body: str, per_client: int, interval_s: float = 0.0) -> dict[str, float]:
+    """p50, p99 and requests/s of 32 keep-alive clients in a separate process (asyncio over raw sockets, so the
+    load itself costs little CPU). ``interval_s`` 0: each client sends its next request when the last answer
+    arrives (closed loop: the server's throughput sets the latency, p50 about 32 / throughput); else each
+    sends one request every ``interval_s`` (an offered load the server can keep up with)."""
     import subprocess
 
     host, port = url.removeprefix("http://").split(":")
-    command = [sys.executable, "-c", LOAD_SCRIPT, host, port, path, body, str(per_client)]
+    arguments = [host, port, path, body, str(per_client), str(CLIENTS), str(interval_s)]
+    command = [sys.executable, "-c", LOAD_SCRIPT, *arguments]
     result: dict[str, float] = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
     return result
 
@@ -238,11 +293,18 @@ def bench_small_requests(per_client: int) -> list[Row]:
     small = json.dumps({"method": "alibi", "num_heads": 2, "query_length": 16})
     with live_gateway() as url:
         concurrent_latency(url, "/healthz", "", 5)  # warm-up: connections, imports
+        concurrent_latency(url, "/v1/bias", small, 5)
         floor = concurrent_latency(url, "/healthz", "", per_client)
         measured = concurrent_latency(url, "/v1/bias", small, per_client)
+        paced = concurrent_latency(url, "/v1/bias", small, per_client // 2, interval_s=0.05)
+        paced_floor = concurrent_latency(url, "/healthz", "", per_client // 2, interval_s=0.05)
+    closed = f"{measured['per_s']:.0f} req/s (healthz {floor['per_s']:.0f})"
+    offered = f"{paced['per_s']:.0f} req/s offered"
     return [
-        Row("small JSON bias, 32 clients: p50", measured["p50"], "GET /healthz p50", floor["p50"]),
-        Row("small JSON bias, 32 clients: p99", measured["p99"], "GET /healthz p99", floor["p99"]),
+        Row("small JSON bias, 32 clients: p50", measured["p50"], "GET /healthz p50", floor["p50"], closed),
+        Row("small JSON bias, 32 clients: p99", measured["p99"], "GET /healthz p99", floor["p99"], closed),
+        Row("small bias, 32 x 20/s paced: p50", paced["p50"], "healthz paced p50", paced_floor["p50"], offered),
+        Row("small bias, 32 x 20/s paced: p99", paced["p99"], "healthz paced p99", paced_floor["p99"], offered),
     ]
 
 
@@ -257,17 +319,40 @@ def print_table(rows: list[Row]) -> None:
         )
 
 
+def bench_training() -> list[Row]:
+    """bench/train_throughput.py's rows: the training model's step and the job trainer against a minimal GPT
+    written the way nanoGPT's model.py is. Times are per 1,000 tokens, so the ratio is the time ratio: at or
+    below 1.00x is at least as fast as the minimal GPT."""
+    from train_throughput import training_rows
+
+    rows = []
+    for name, measured_per_s, baseline, baseline_per_s in training_rows():
+        note = f"{measured_per_s:,.0f} vs {baseline_per_s:,.0f} tokens/s"
+        rows.append(Row(name, 1e3 / measured_per_s, baseline, 1e3 / baseline_per_s, note))
+    return rows
+
+
+GROUPS = ("rotary", "bias", "transport", "small", "training")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--no-server", action="store_true", help="skip the gateway rows")
+    parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS), help="row groups to run")
+    parser.add_argument("--no-server", action="store_true", help="skip the gateway rows (transport, small)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    groups = [group for group in args.only if not (args.no_server and group in ("transport", "small"))]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} repeats, medians")
-    rows = bench_rotary(args.repeats) + bench_bias(args.repeats)
-    if not args.no_server:
-        rows += bench_transport(args.repeats) + bench_small_requests(per_client=50)
+    benches: dict[str, Callable[[], list[Row]]] = {
+        "rotary": lambda: bench_rotary(args.repeats),
+        "bias": lambda: bench_bias(args.repeats),
+        "transport": lambda: bench_transport(args.repeats),
+        "small": lambda: bench_small_requests(per_client=100),
+        "training": bench_training,
+    }
+    rows = [row for group in groups for row in benches[group]()]
     print_table(rows)
 
 

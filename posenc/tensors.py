@@ -118,10 +118,13 @@ def to_wire(tensor: torch.Tensor) -> TensorOut:
     cpu = tensor.detach().to("cpu").contiguous()
     name = dtype_name(cpu.dtype)
     if cpu.is_floating_point():
-        as_double = cpu.to(torch.float64).reshape(-1).tolist()
-        data: list[float | int | bool | str] = [
-            v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")) for v in as_double
-        ]
+        flat = cpu.reshape(-1)  # (numel,)
+        data: list[float | int | bool | str] = flat.to(torch.float64).tolist()
+        # only the non-finite entries are looked at in Python (a causal bias has one per future key)
+        for index in (~torch.isfinite(flat)).nonzero().reshape(-1).tolist():  # (non-finite,) flat indices
+            value = data[index]
+            assert isinstance(value, float)
+            data[index] = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     else:
         data = cpu.reshape(-1).tolist()
     return TensorOut(dtype=name, shape=list(cpu.shape), data=data)

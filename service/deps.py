@@ -16,12 +16,15 @@ from service.limits import ComputeSlots
 from service.transport import negotiate
 
 
-def get_app_settings(request: Request) -> Settings:
+# The dependencies are ``async def`` though they never await: FastAPI runs a plain ``def`` dependency in the
+# threadpool, one hop (and a GIL hand-off) per dependency per request, which under many concurrent small
+# requests cost more than the request's own work.
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_compute_slots(request: Request) -> ComputeSlots:
+async def get_compute_slots(request: Request) -> ComputeSlots:
     slots: ComputeSlots = request.app.state.compute_slots
     return slots
 

@@ -1,8 +1,8 @@
 """Guards in front of the compute: capacity, budgets, API keys and a per-key rate limit.
 
-- Capacity: compute routes are plain ``def`` and run in the threadpool; torch in a thread cannot be
-  cancelled, so the only real control is how many run at once. A slot is waited for at most
-  ``compute_wait_s``; then the answer is 503 with Retry-After.
+- Capacity: compute runs on ``compute_concurrency`` threads of its own, never on the event loop; torch in a
+  thread cannot be cancelled, so the only real control is how many run at once. A slot is waited for (on
+  the event loop) at most ``compute_wait_s``; then the answer is 503 with Retry-After.
 - Budgets: sizes are known from the request, so they are checked before anything is allocated (413).
 - API keys (``X-API-Key``) are hashed and compared in constant time against the digest of every configured
   key (the gateway holds only digests). A key's principal owns the jobs it creates (its owner id is a digest
@@ -15,16 +15,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
 import secrets
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
@@ -38,35 +40,82 @@ from service.metrics import Metrics
 from service.transport import SAFETENSORS_TYPES, content_type
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------------------------- capacity
 class ComputeSlots:
-    """A counting semaphore with a bounded wait, usable from the threadpool threads of ``def`` routes."""
+    """``capacity`` compute threads, and the slots that admit requests to them.
+
+    A request waits for a slot on the event loop (``run``), at most ``wait_s``, then gets a 503; with a slot
+    its work runs on one of the ``capacity`` threads of a pool of its own. The pool is no larger than the slots,
+    so 32 concurrent small requests do not become 32 threads taking turns with the event loop for the GIL,
+    as the shared threadpool of ``def`` routes would make them. ``try_acquire`` and ``release`` also work from
+    any thread (tests hold a slot to saturate the gateway)."""
 
     def __init__(self, capacity: int, wait_s: float, metrics: Metrics | None = None) -> None:
         self.capacity = capacity
         self.wait_s = wait_s
         self._semaphore = threading.BoundedSemaphore(capacity)
         self._metrics = metrics
+        self._executor = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="posenc-compute")
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        self._waiters_lock = threading.Lock()
 
     def try_acquire(self) -> bool:
+        """Take a slot, blocking this thread up to ``wait_s`` (not for the event loop: see ``acquire``)."""
         acquired = (
             self._semaphore.acquire(timeout=self.wait_s) if self.wait_s > 0 else self._semaphore.acquire(blocking=False)
         )
-        if acquired and self._metrics is not None:
-            self._metrics.slots_in_use.inc()
+        if acquired:
+            self._taken()
         return acquired
 
+    async def acquire(self) -> bool:
+        """Take a slot within ``wait_s`` without blocking the event loop. Waiters are served first come, first
+        served: a freed slot is handed to the oldest waiter, never to a request that arrives after it."""
+        loop = asyncio.get_running_loop()
+        handed: asyncio.Future[None] = loop.create_future()
+        with self._waiters_lock:
+            if not self._waiters and self._semaphore.acquire(blocking=False):
+                self._taken()
+                return True
+            if self.wait_s <= 0:
+                return False
+            self._waiters.append((loop, handed))
+        try:
+            await asyncio.wait_for(handed, self.wait_s)
+        except TimeoutError:
+            with self._waiters_lock:
+                if (loop, handed) in self._waiters:
+                    self._waiters.remove((loop, handed))
+            return False  # a slot handed over as the wait ended finds the future cancelled and moves on
+        self._taken()
+        return True
+
     def release(self) -> None:
-        self._semaphore.release()
         if self._metrics is not None:
             self._metrics.slots_in_use.dec()
+        self._free_slot()
 
-    @contextmanager
-    def hold(self) -> Iterator[None]:
-        """Run the body in a slot, or raise a 503 problem if none frees up within ``wait_s``."""
-        if not self.try_acquire():
+    def _free_slot(self) -> None:
+        """The slot to the oldest waiter (on its event loop), or back to the semaphore when none waits."""
+        with self._waiters_lock:
+            if not self._waiters:
+                self._semaphore.release()
+                return
+            loop, handed = self._waiters.popleft()
+        loop.call_soon_threadsafe(self._hand_over, handed)
+
+    def _hand_over(self, handed: asyncio.Future[None]) -> None:
+        if handed.done():  # its wait ended first: the slot goes to the next one
+            self._free_slot()
+        else:
+            handed.set_result(None)
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """``work`` on a compute thread once a slot is free, or a 503 problem if none frees up within ``wait_s``."""
+        if not await self.acquire():
             if self._metrics is not None:
                 self._metrics.slots_rejected.inc()
             retry_after = max(1, math.ceil(self.wait_s))
@@ -77,9 +126,16 @@ class ComputeSlots:
                 headers={"Retry-After": str(retry_after)},
             )
         try:
-            yield
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
         finally:
             self.release()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _taken(self) -> None:
+        if self._metrics is not None:
+            self._metrics.slots_in_use.inc()
 
 
 # ---------------------------------------------------------------------------------------------- body size

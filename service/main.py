@@ -53,9 +53,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     rate_limiter = RateLimiter(settings.rate_limit_per_minute, settings.redis_url)
     auth_failures = RateLimiter(settings.auth_failures_per_minute, settings.redis_url)
 
+    compute_slots = ComputeSlots(settings.compute_concurrency, settings.compute_wait_s, metrics)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        compute_slots.close()
         await rate_limiter.close()
         await auth_failures.close()
 
@@ -76,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.rate_limiter = rate_limiter
     app.state.auth_failures = auth_failures
     app.state.keyring = KeyRing.from_settings(settings)
-    app.state.compute_slots = ComputeSlots(settings.compute_concurrency, settings.compute_wait_s, metrics)
+    app.state.compute_slots = compute_slots
 
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

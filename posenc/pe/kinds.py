@@ -3,10 +3,12 @@ rotation for rotary methods. Family modules only supply the method-specific form
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.pe.ops import Pairing, rotate_pairs
+from posenc.pe.ops import Pairing, pairing_layout, rotate_pairs
 from posenc.pe.registry import MethodParams, MethodSpec
 from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext, RotaryFrequencies, RotaryGenerators
 from posenc.schemas.compute import MAX_ROTARY_POSITION
@@ -242,6 +244,14 @@ def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.d
     return scale
 
 
+# Scratch of an in-place rotation: the block of x it still has to read is copied first, block by block, so the
+# extra memory stays this small whatever x's size. Blocks are not used otherwise: each op on a block is one
+# more parallel region, whose barrier stalls for a whole time slice when another process holds a core, so
+# cutting a big tensor into cache-sized blocks, about 10% faster on a quiet machine, was many times slower on
+# a busy one (two compute requests at once are enough).
+INPLACE_SCRATCH_BYTES = 4 << 20
+
+
 def apply_rotary(
     x: torch.Tensor,
     cos: torch.Tensor,
@@ -249,36 +259,95 @@ def apply_rotary(
     *,
     pairing: Pairing,
     scale: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Rotate the first d_rot features of x (..., N, D) and pass the rest through (partial rotary).
 
     Works in the tables' dtype (float32 or float64) and casts back to x's dtype last. ``scale`` (N, d_rot/2)
     multiplies both members of each pair (xPos: ζ^(n/λ) for queries, its reciprocal for keys).
+
+    ``out`` (x's shape and the tables' dtype, contiguous) receives the result instead of a new tensor; it may be
+    ``x`` itself, rotated in place, for a caller that owns x and no longer needs it (then block by block, with
+    at most ``INPLACE_SCRATCH_BYTES`` of scratch). Outside autograd the result is written straight into one
+    output, in three passes (``rotate_pairs``).
     """
     rot_dim = cos.shape[-1] * 2
     if rot_dim > x.shape[-1]:
         raise InvalidInput(("rotary_dim",), f"rotary_dim {rot_dim} is larger than the head dim {x.shape[-1]}")
     compute = cos.dtype
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
+    if out is not None:
+        if needs_grad:
+            raise InvalidInput(("out",), "an out= rotation cannot be differentiated; call without out")
+        if tuple(out.shape) != tuple(x.shape) or out.dtype != compute or not out.is_contiguous():
+            raise InvalidInput(
+                ("out",),
+                f"out must be contiguous with x's shape {tuple(x.shape)} and the tables' dtype {compute}; "
+                f"got {tuple(out.shape)} {out.dtype}",
+            )
     if x.dtype == compute and not needs_grad:
-        # one output buffer: the rotated features written in place, the rest copied once (partial rotary)
-        out = torch.empty_like(x)
-        rotated = rotate_pairs(x[..., :rot_dim], cos, sin, pairing, out=out[..., :rot_dim])
-        if scale is not None:
-            rotated.mul_(_per_feature(scale, pairing))
-        if rot_dim < x.shape[-1]:
-            out[..., rot_dim:].copy_(x[..., rot_dim:])
+        if out is None:
+            out = torch.empty(x.shape, dtype=compute, device=x.device)
+        for x_block, out_block, rows in _rotary_blocks(x, out, rot_dim):
+            block_scale = None if scale is None else scale[rows]
+            _rotate_block(x_block, out_block, cos[rows], sin[rows], pairing, block_scale)
         return out
     rotated_part, passthrough = x[..., :rot_dim].to(compute), x[..., rot_dim:]
     rotated = rotate_pairs(rotated_part, cos, sin, pairing)
     if scale is not None:
-        rotated = rotated * _per_feature(scale, pairing)
-    if passthrough.shape[-1] == 0:
-        return rotated.to(x.dtype)
-    return torch.cat((rotated.to(x.dtype), passthrough), dim=-1)
+        rotated = rotated * pairing_layout(scale, pairing)
+    result = rotated.to(x.dtype) if passthrough.shape[-1] == 0 else torch.cat((rotated.to(x.dtype), passthrough), -1)
+    if out is None:
+        return result
+    return out.copy_(result)
 
 
-def _per_feature(scale: torch.Tensor, pairing: Pairing) -> torch.Tensor:
-    """xPos's per-pair scale (N, d_rot/2) laid out like the pairing's features (N, d_rot): both members of pair k
-    share scale_k."""
-    return torch.cat((scale, scale), -1) if pairing == "half" else scale.repeat_interleave(2, -1)
+def _rotary_blocks(
+    x: torch.Tensor, out: torch.Tensor, rot_dim: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, slice]]:
+    """(x block, out block, the table rows they need): one block, unless x is rotated in place (out is x); then
+    pieces of about ``INPLACE_SCRATCH_BYTES``: whole (N, D) slabs of the leading dims when a slab is small, else
+    row ranges of one slab. A layout that cannot be cut without a copy is one block."""
+    length, width = x.shape[-2], x.shape[-1]
+    all_rows = slice(0, length)
+    block_bytes = INPLACE_SCRATCH_BYTES
+    if out.data_ptr() != x.data_ptr() or x.dim() < 2 or x.numel() * x.element_size() <= block_bytes:
+        yield x, out, all_rows
+        return
+    try:
+        x_slabs = x.view(-1, length, width)  # (M, N, D): M = the product of the leading dims
+    except RuntimeError:  # strides that do not merge (a transposed view): one block, still one output buffer
+        yield x, out, all_rows
+        return
+    out_slabs = out.view(-1, length, width)  # (M, N, D)
+    slab_bytes = length * width * x.element_size()
+    if slab_bytes <= block_bytes:
+        per_block = block_bytes // slab_bytes
+        for first in range(0, x_slabs.shape[0], per_block):
+            yield x_slabs[first : first + per_block], out_slabs[first : first + per_block], all_rows
+        return
+    rows_per_block = max(1, block_bytes // (width * x.element_size()))
+    for slab, out_slab in zip(x_slabs, out_slabs, strict=True):
+        for start in range(0, length, rows_per_block):
+            rows = slice(start, min(length, start + rows_per_block))
+            yield slab[rows], out_slab[rows], rows
+
+
+def _rotate_block(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pairing: Pairing,
+    scale: torch.Tensor | None,
+) -> None:
+    """One block: the rotated features written into ``out``, then scaled, then the passthrough copied. ``out``
+    may be ``x``: the rotation then reads a copy of the block's rotated features (the scratch)."""
+    rot_dim = cos.shape[-1] * 2
+    in_place = out.data_ptr() == x.data_ptr()
+    source = x[..., :rot_dim].clone() if in_place else x[..., :rot_dim]
+    rotated = rotate_pairs(source, cos, sin, pairing, out=out[..., :rot_dim])
+    if scale is not None:
+        rotated.mul_(pairing_layout(scale, pairing))
+    if rot_dim < x.shape[-1] and not in_place:
+        out[..., rot_dim:].copy_(x[..., rot_dim:])

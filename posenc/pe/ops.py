@@ -62,17 +62,23 @@ def rotate_pairs(
     else:
         first, second = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
         out_first, out_second = out[..., 0::2], out[..., 1::2]
-    # written into one output: two passes per half instead of six temporaries and a concatenation
-    torch.mul(first, cos, out=out_first)
-    torch.mul(first, sin, out=out_second)
+    # x·cos in one contiguous pass over the whole width (cos laid out as the pairing pairs the features), then
+    # the sin terms: three passes instead of six temporaries and a concatenation
+    torch.mul(x, pairing_layout(cos, pairing), out=out)
     if out.dtype == torch.float64:
         # float64 is the reference dtype: each product rounded, then the sum, exactly as the plain formula
         out_first.sub_(second * sin)
-        out_second.add_(second * cos)
+        out_second.add_(first * sin)
     else:  # a fused multiply-add: one rounding fewer than the plain formula, never one more
         out_first.addcmul_(second, sin, value=-1)
-        out_second.addcmul_(second, cos)
+        out_second.addcmul_(first, sin)
     return out
+
+
+def pairing_layout(table: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+    """A per-pair table (N, d_rot/2) laid out per feature (N, d_rot) as the pairing pairs them: both members of
+    pair k get entry k (half: [t, t]; interleaved: t repeated in place)."""
+    return torch.cat((table, table), -1) if pairing == "half" else table.repeat_interleave(2, -1)
 
 
 def _rotate_pairs_differentiable(

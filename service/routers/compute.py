@@ -1,12 +1,13 @@
 """Compute routes: bias matrices, rotated q/k, absolute encodings and attention maps.
 
-Every route is a plain ``def`` (FastAPI runs it in the threadpool, so torch never blocks the event loop)
-and follows the same steps: prepare (validate, size everything, allocate nothing), check the budgets and
-what the Accept type can carry, then compute and encode inside a compute slot.
+Every route waits for a compute slot on the event loop, then runs the same steps on a compute thread (torch
+never blocks the event loop): prepare (validate, size everything, allocate nothing), check the budgets and
+what the Accept type can carry, then compute and encode.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
@@ -16,18 +17,19 @@ from starlette.responses import Response
 from posenc.compute import (
     ATTENTION_TENSOR_FIELDS,
     ROTARY_TENSOR_FIELDS,
-    Prepared,
     prepare,
 )
 from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
+from posenc.schemas.jobs import ComputeRequest, ComputeRoute
 from posenc.settings import Settings
 from service.deps import MediaTypeDep, SettingsDep, SlotsDep, TensorNameDep
 from service.errors import ProblemError
-from service.limits import check_input_budget, check_json_budget, check_output_budget
+from service.limits import ComputeSlots, check_input_budget, check_json_budget, check_output_budget
 from service.transport import (
     JSON,
     SAFETENSORS,
     SAFETENSORS_TYPES,
+    BinaryTensors,
     ParsedRequest,
     binary_request_body,
     check_deliverable,
@@ -43,15 +45,33 @@ RequestT = TypeVar("RequestT", RotaryRequest, AttentionRequest)
 
 
 def _respond(
-    prepared: Prepared, media_type: str, tensor: str | None, settings: SettingsDep, slots: SlotsDep
+    route: ComputeRoute,
+    request: ComputeRequest,
+    binary: BinaryTensors | None,
+    media_type: str,
+    tensor: str | None,
+    settings: Settings,
 ) -> Response:
+    """On a compute thread: prepare, check the budgets and what the Accept type can carry, compute, encode."""
+    prepared = prepare(route, request, binary)
     check_input_budget(prepared.input_elements, settings, prepared.jobs_hint)
     check_output_budget(prepared.total_bytes, settings, prepared.budget_hint)
     if media_type == JSON:
         check_json_budget(prepared.output_elements, settings)
     check_deliverable(prepared.outputs, media_type, tensor)
-    with slots.hold():
-        return render(prepared.run(), media_type, tensor)
+    return render(prepared.run(), media_type, tensor)
+
+
+async def _compute(
+    route: ComputeRoute,
+    request: ComputeRequest,
+    binary: BinaryTensors | None,
+    media_type: str,
+    tensor: str | None,
+    settings: Settings,
+    slots: ComputeSlots,
+) -> Response:
+    return await slots.run(functools.partial(_respond, route, request, binary, media_type, tensor, settings))
 
 
 def _json_or_safetensors(
@@ -87,10 +107,10 @@ def _require_json(request: Request) -> None:
     response_class=Response,
     responses=tensor_responses("tensor `bias`"),
 )
-def compute_bias(
+async def compute_bias(
     body: BiasRequest, media_type: MediaTypeDep, tensor: TensorNameDep, settings: SettingsDep, slots: SlotsDep
 ) -> Response:
-    return _respond(prepare("bias", body), media_type, tensor, settings, slots)
+    return await _compute("bias", body, None, media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -101,14 +121,14 @@ def compute_bias(
     responses=tensor_responses("tensors `q`, `k` (and `cos`, `sin` with return_tables)"),
     openapi_extra=binary_request_body(RotaryRequest, sorted(ROTARY_TENSOR_FIELDS)),
 )
-def compute_rotary(
+async def compute_rotary(
     parsed: Annotated[ParsedRequest[RotaryRequest], Depends(rotary_body)],
     media_type: MediaTypeDep,
     tensor: TensorNameDep,
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return _respond(prepare("rotary", parsed.request, parsed.binary), media_type, tensor, settings, slots)
+    return await _compute("rotary", parsed.request, parsed.binary, media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -118,14 +138,14 @@ def compute_rotary(
     response_class=Response,
     responses=tensor_responses("tensor `encoding`"),
 )
-def compute_encoding(
+async def compute_encoding(
     body: EncodingRequest,
     media_type: MediaTypeDep,
     tensor: TensorNameDep,
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return _respond(prepare("encodings", body), media_type, tensor, settings, slots)
+    return await _compute("encodings", body, None, media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -140,11 +160,11 @@ def compute_encoding(
     ),
     openapi_extra=binary_request_body(AttentionRequest, sorted(ATTENTION_TENSOR_FIELDS)),
 )
-def compute_attention(
+async def compute_attention(
     parsed: Annotated[ParsedRequest[AttentionRequest], Depends(attention_body)],
     media_type: MediaTypeDep,
     tensor: TensorNameDep,
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return _respond(prepare("attention", parsed.request, parsed.binary), media_type, tensor, settings, slots)
+    return await _compute("attention", parsed.request, parsed.binary, media_type, tensor, settings, slots)

@@ -18,6 +18,15 @@ MAX_HEADER_BYTES = 100_000_000
 
 
 def write_safetensors(tensors: Mapping[str, RawTensor], *, metadata: Mapping[str, str] | None = None) -> bytes:
+    """The whole file in one bytes object (for saving to disk)."""
+    return b"".join(safetensors_parts(tensors, metadata=metadata))
+
+
+def safetensors_parts(
+    tensors: Mapping[str, RawTensor], *, metadata: Mapping[str, str] | None = None
+) -> tuple[bytes | memoryview, ...]:
+    """The file as its pieces: the length and header bytes, then each tensor's own data (a view, not a copy),
+    so that a request body can be sent from them without joining them first."""
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)
@@ -32,9 +41,7 @@ def write_safetensors(tensors: Mapping[str, RawTensor], *, metadata: Mapping[str
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
-    parts = [struct.pack("<Q", len(encoded)), encoded]
-    parts.extend(bytes(tensor.data) for tensor in tensors.values())
-    return b"".join(parts)
+    return (struct.pack("<Q", len(encoded)) + encoded, *(memoryview(tensor.data) for tensor in tensors.values()))
 
 
 def read_safetensors(body: bytes | bytearray) -> tuple[dict[str, RawTensor], dict[str, str]]:

@@ -72,7 +72,9 @@ class RawTensor:
 
     dtype: str
     shape: Shape
-    data: bytearray | memoryview  # writable (frombuffer on bytes would warn): owned, or a view of a response buffer
+    # owned, a view of a response buffer (writable: frombuffer on bytes would warn), or, for a tensor being
+    # sent, a view of the caller's own array or tensor (read, never written)
+    data: bytearray | memoryview
 
     def __post_init__(self) -> None:
         expected = math.prod(self.shape) * dtype_info(self.dtype).itemsize
@@ -122,8 +124,9 @@ def _from_torch(tensor: Any) -> RawTensor:
     if cpu.dtype not in names:
         cpu = cpu.to(torch.int64) if not cpu.is_floating_point() else cpu.to(torch.float32)
     name = names[cpu.dtype]
-    as_bytes = cpu.reshape(-1).view(torch.uint8)
-    data = bytearray(as_bytes.numpy().tobytes()) if _numpy_importable() else bytearray(as_bytes.tolist())
+    as_bytes = cpu.reshape(-1).view(torch.uint8)  # (nbytes,): the tensor's own memory, byte by byte
+    # with numpy, a view of the tensor's memory: the bytes go out without a copy of their own
+    data: bytearray | memoryview = memoryview(as_bytes.numpy()) if _numpy_importable() else bytearray(as_bytes.tolist())
     if sys.byteorder != "little":
         data = _byteswap(data, dtype_info(name))
     return RawTensor(name, tuple(int(size) for size in cpu.shape), data)
@@ -140,8 +143,11 @@ def _from_numpy(values: Any) -> RawTensor:
         name = "int32" if values.dtype == np.int32 else "int64"
     else:
         raise TypeError(f"cannot send a numpy array of dtype {values.dtype}")
-    converted = np.ascontiguousarray(values, dtype=np.dtype(DTYPES[name].numpy_name))
-    return RawTensor(name, tuple(int(size) for size in values.shape), bytearray(converted.tobytes()))
+    converted = np.ascontiguousarray(values, dtype=np.dtype(DTYPES[name].numpy_name))  # no copy when it already is
+    data: bytearray | memoryview = memoryview(converted.reshape(-1)).cast("B")  # (nbytes,) a view, not a copy
+    if sys.byteorder != "little":
+        data = _byteswap(data, dtype_info(name))
+    return RawTensor(name, tuple(int(size) for size in values.shape), data)
 
 
 def _numpy_importable() -> bool:

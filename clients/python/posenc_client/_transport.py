@@ -7,7 +7,7 @@ connection errors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -16,6 +16,7 @@ import httpx
 from posenc_client._exceptions import APIConnectionError, APITimeoutError
 
 DOWNLOAD_CHUNK_BYTES = 1 << 20
+UPLOAD_SLICE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +26,7 @@ class HTTPRequest:
     params: Mapping[str, str | int | float | bool] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     json_body: Any = None
-    content: bytes | None = None
+    content: bytes | tuple[bytes | memoryview, ...] | None = None  # bytes, or pieces sent one after another
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,15 +49,37 @@ def _timeout(total_s: float | None, connect_s: float | None) -> httpx.Timeout:
     return httpx.Timeout(timeout=total_s, connect=connect_s)
 
 
-def _build(request: HTTPRequest) -> dict[str, Any]:
+def _build(request: HTTPRequest, *, asynchronous: bool = False) -> dict[str, Any]:
+    """httpx's arguments for one attempt (a streamed body's iterator is made anew for each)."""
     kwargs: dict[str, Any] = {"headers": dict(request.headers)}
     if request.params:
         kwargs["params"] = {key: _query_value(value) for key, value in request.params.items()}
-    if request.content is not None:
+    if isinstance(request.content, tuple):
+        # the pieces go out as they are, in slices, each copied once into the socket's send; with the length
+        # declared, httpx sends a plain Content-Length body rather than a chunked one
+        kwargs["headers"]["Content-Length"] = str(sum(memoryview(piece).nbytes for piece in request.content))
+        slices = _upload_slices(request.content)
+        kwargs["content"] = _async_slices(slices) if asynchronous else list(slices)
+    elif request.content is not None:
         kwargs["content"] = request.content
     elif request.json_body is not None:
         kwargs["json"] = request.json_body
     return kwargs
+
+
+def _upload_slices(pieces: tuple[bytes | memoryview, ...]) -> list[memoryview]:
+    """Views of the pieces at most ``UPLOAD_SLICE_BYTES`` long: each is copied once on its way to the socket,
+    so the memory a send takes beside the tensors is one slice, whatever their size."""
+    slices: list[memoryview] = []
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        slices.extend(view[start : start + UPLOAD_SLICE_BYTES] for start in range(0, len(view), UPLOAD_SLICE_BYTES))
+    return slices
+
+
+async def _async_slices(slices: list[memoryview]) -> AsyncIterator[memoryview]:
+    for piece in slices:
+        yield piece
 
 
 def _query_value(value: str | int | float | bool) -> str:
@@ -188,14 +211,14 @@ class AsyncTransport:
 
     async def send(self, request: HTTPRequest) -> HTTPResponse:
         try:
-            async with self._client.stream(request.method, request.path, **_build(request)) as raw:
+            async with self._client.stream(request.method, request.path, **_build(request, asynchronous=True)) as raw:
                 return _response(raw, await _read_async(raw))
         except httpx.TransportError as exc:
             raise _connection_error(exc, request, self._base_url + request.path) from exc
 
     async def download(self, request: HTTPRequest, *, sink: IO[bytes]) -> HTTPResponse:
         try:
-            async with self._client.stream(request.method, request.path, **_build(request)) as raw:
+            async with self._client.stream(request.method, request.path, **_build(request, asynchronous=True)) as raw:
                 if raw.status_code >= 400:
                     return _response(raw, await raw.aread())
                 async for chunk in raw.aiter_bytes(DOWNLOAD_CHUNK_BYTES):

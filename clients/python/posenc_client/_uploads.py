@@ -15,7 +15,7 @@ from typing import Any
 from posenc_client._backends import is_numpy_array, is_torch_tensor
 from posenc_client._base_client import UploadMode
 from posenc_client._constants import INLINE_MAX_ELEMENTS
-from posenc_client._safetensors import write_safetensors
+from posenc_client._safetensors import safetensors_parts
 from posenc_client._tensors import RawTensor, encode_input
 
 SAFETENSORS = "application/vnd.safetensors"
@@ -34,7 +34,7 @@ class TensorArg:
 @dataclass(frozen=True)
 class Body:
     json_body: dict[str, Any] | None = None
-    content: bytes | None = None
+    content: tuple[bytes | memoryview, ...] | None = None  # a binary body's pieces, sent one after another
     content_type: str | None = None
 
 
@@ -69,7 +69,7 @@ def build_body(
     large = upload == "auto" and total > INLINE_MAX_ELEMENTS
     binary = binary_allowed and (upload == "safetensors" or large)
     if binary and encoded:
-        content = write_safetensors(encoded, metadata={"request": json.dumps(request, separators=(",", ":"))})
+        content = safetensors_parts(encoded, metadata={"request": json.dumps(request, separators=(",", ":"))})
         return Body(content=content, content_type=SAFETENSORS)
     for name, tensor in encoded.items():
         if name.startswith(PARAMS_PREFIX):

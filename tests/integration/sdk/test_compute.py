@@ -286,9 +286,9 @@ def test_how_tensor_params_travel_in_the_request() -> None:
     assert as_json["params"]["table"]["dtype"] == "float32"
     assert as_json["x"]["shape"] == [1, 3, 4]
 
-    body = _attention_request(q, q, upload="safetensors", **common).content
-    assert body is not None
-    tensors, metadata = read_safetensors(body)
+    pieces = _attention_request(q, q, upload="safetensors", **common).content
+    assert isinstance(pieces, tuple)  # the header, then each tensor's own bytes
+    tensors, metadata = read_safetensors(b"".join(pieces))
     assert set(tensors) == {"x", "params.table"}
     assert tensors["params.table"].shape == (32, 2)
     request = json.loads(metadata["request"])
@@ -337,3 +337,35 @@ def test_a_binary_answer_is_read_into_one_buffer_and_its_tensors_are_views_of_it
             assert len(data) == 4 * 64 * 64 * 4
     finally:
         transport.close()
+
+
+def test_a_sent_tensor_goes_out_as_a_view_of_its_own_memory(compute_gateway: Any) -> None:
+    """Zero-copy sending: a torch tensor's or numpy array's bytes are a view of its memory, the safetensors body
+    is the header plus those views, and the transport sends them in slices with the length declared; the
+    server reads the same numbers back (sync and async clients)."""
+    import asyncio
+
+    from posenc_client import AsyncClient
+    from posenc_client._tensors import encode_input
+    from posenc_client._uploads import TensorArg, build_body
+
+    q = torch.randn(1, 2, 300, 64, generator=torch.Generator().manual_seed(5))  # (B, H, N, d): above inline size
+    k = q.numpy().copy()
+    for value in (q, k):
+        raw = encode_input(value, default_dtype="float32")
+        assert isinstance(raw.data, memoryview)
+        assert np.shares_memory(np.frombuffer(raw.data, dtype=np.float32), q.numpy() if value is q else k)
+    body = build_body({"method": "rope"}, {"q": TensorArg(q, "float32")}, upload="safetensors", binary_allowed=True)
+    assert body.content is not None
+    assert any(isinstance(piece, memoryview) and piece.obj is not None for piece in body.content[1:])
+    expected = rope_reference(q.double(), torch.arange(300)).float()
+    with Client(base_url=compute_gateway.url) as client:
+        rotated = client.rotary.apply(q, k, method="rope", upload="safetensors")
+    torch.testing.assert_close(rotated.q, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rotated.k, expected, rtol=1e-5, atol=1e-5)
+
+    async def fetch() -> Any:
+        async with AsyncClient(base_url=compute_gateway.url) as client:
+            return await client.rotary.apply(q, k, method="rope", upload="safetensors")
+
+    torch.testing.assert_close(asyncio.run(fetch()).q, expected, rtol=1e-5, atol=1e-5)

@@ -162,7 +162,7 @@ def test_what_the_layout_arguments_put_on_the_wire() -> None:
     assert inline["positions"]["dtype"] == "int64"
     body = _attention_request(q, q, upload="safetensors", positions=np.array(coords, np.int32), **common).content
     assert body is not None
-    tensors, metadata = read_safetensors(body)
+    tensors, metadata = read_safetensors(b"".join(body))
     assert (tensors["positions"].dtype, tensors["positions"].shape) == ("int32", (13, 2))
     assert "positions" not in json.loads(metadata["request"])
 
@@ -278,7 +278,7 @@ def test_rotary_positions_on_the_wire() -> None:
     assert (inline["positions"]["dtype"], inline["positions"]["shape"]) == ("int64", [3, 2])
     body = _rotary_request(q, None, positions=torch.tensor(coords), upload="safetensors", **common).content
     assert body is not None
-    tensors, _ = read_safetensors(body)
+    tensors, _ = read_safetensors(b"".join(body))
     assert (tensors["positions"].dtype, tensors["positions"].shape) == ("int64", (3, 2))
 
 
