@@ -58,7 +58,7 @@ class ComputeSlots:
         self.wait_s = wait_s
         self._semaphore = threading.BoundedSemaphore(capacity)
         self._metrics = metrics
-        self._executor = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="posenc-compute")
+        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after close()
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
         self._waiters_lock = threading.Lock()
 
@@ -126,12 +126,22 @@ class ComputeSlots:
                 headers={"Retry-After": str(retry_after)},
             )
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+            return await asyncio.get_running_loop().run_in_executor(self._threads(), work)
         finally:
             self.release()
 
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._waiters_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="posenc-compute")
+            return self._executor
+
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the compute threads (the app's shutdown); an app started again makes new ones."""
+        with self._waiters_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def _taken(self) -> None:
         if self._metrics is not None:

@@ -6,6 +6,8 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
+from service.main import create_app
+
 TENSOR_ROUTES = ("/v1/bias", "/v1/rotary", "/v1/encodings", "/v1/attention")
 TENSOR_TYPES = {
     "application/json",
@@ -110,3 +112,14 @@ def test_cors_exposes_the_tensor_headers(make_client: Any) -> None:
 def test_no_cors_headers_without_origins(client: TestClient) -> None:
     response = client.get("/healthz", headers={"Origin": "https://elsewhere.example"})
     assert "access-control-allow-origin" not in response.headers
+
+
+def test_compute_threads_come_back_when_the_app_starts_again(isolated_settings: Any) -> None:
+    """Shutdown stops the compute threads; an app whose lifespan runs again (a test client reopened, a server
+    restarted in process) computes again rather than failing on a stopped pool."""
+    app = create_app(settings=isolated_settings())
+    for _ in range(2):
+        with TestClient(app) as client:
+            assert (
+                client.post("/v1/bias", json={"method": "alibi", "num_heads": 1, "query_length": 2}).status_code == 200
+            )
