@@ -4,7 +4,8 @@ Rows (medians of alternated runs; nothing is asserted, a reader judges the table
 
     rotary    the shared rotary apply on q and k (1, 32, 4096, 128) float32, through a layer's applier (tables
               cached as a training layer caches them): RoPE in each pairing, partial rotation, xPos scaling,
-              and the in-place (out=) variant
+              each eager and with the compiled one-pass kernel (its compile time noted), and the in-place
+              (out=) variant
               vs  cloning q and k (one read and one write of each: the bandwidth floor)
     bias      the dense (8, 4096, 4096) float32 bias of every Toeplitz bias method (ALiBi, T5, KERPLE, ...)
               vs  cloning a tensor of the same bytes
@@ -48,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compute_bench import live_gateway
 
 from posenc import pe
+from posenc.pe import compiled
 from posenc.pe.appliers import Layer, build_applier
 from posenc.pe.kinds import apply_rotary
 from posenc.schemas.methods import Kind
@@ -100,15 +102,21 @@ def bench_rotary(repeats: int) -> list[Row]:
         def rotate(applier: Any = applier) -> object:
             return applier.rotate_cached(q, k)
 
-        measured, baseline = paired(rotate, clone_both, repeats)
-        name = f"rotary q,k {method} {pairing} d_rot={rotary_dim}"
-        rows.append(Row(name, measured, "clone q and k", baseline))
+        # the compiled kernel's cost, paid once per kind (a few seconds from Inductor's disk cache, more cold)
+        began = time.perf_counter()
+        ready = compiled.wait_until_ready(pairing, partial=rotary_dim < 128)  # type: ignore[arg-type]
+        compile_note = f"compiled in {time.perf_counter() - began:.1f} s" if ready else "compiling failed"
+        for kernel in ("eager", "compiled"):
+            compiled.configure(enabled=kernel == "compiled")
+            measured, baseline = paired(rotate, clone_both, repeats)
+            name = f"rotary q,k {method} {pairing} d_rot={rotary_dim} {kernel}"
+            rows.append(Row(name, measured, "clone q and k", baseline, compile_note if kernel == "compiled" else ""))
+        compiled.configure(enabled=True)
 
     # the out= variant: a caller that owns q and k rotates them in place, with no output allocated
     rope = pe.get_method("rope")
-    cos, sin, _, _ = build_applier(rope, rope.parse_params({}), Layer(num_heads=32, head_dim=128, causal=True)).tables(
-        torch.arange(4096), 4096
-    )
+    rope_layer: Any = build_applier(rope, rope.parse_params({}), Layer(num_heads=32, head_dim=128, causal=True))
+    cos, sin, _, _ = rope_layer.tables(torch.arange(4096), 4096)  # (N, d/2) each
     owned_q, owned_k = q.clone(), k.clone()
 
     def rotate_in_place() -> object:
@@ -309,12 +317,12 @@ def bench_small_requests(per_client: int) -> list[Row]:
 
 
 def print_table(rows: list[Row]) -> None:
-    header = f"{'measured':<38} {'median':>9}  {'baseline':<22} {'median':>9}  {'ratio':>7}"
+    header = f"{'measured':<46} {'median':>9}  {'baseline':<24} {'median':>9}  {'ratio':>7}"
     print(header)
     print("-" * len(header))
     for row in rows:
         print(
-            f"{row.name:<38} {row.measured_s * 1e3:>7.1f}ms  {row.baseline:<22} {row.baseline_s * 1e3:>7.1f}ms"
+            f"{row.name:<46} {row.measured_s * 1e3:>7.1f}ms  {row.baseline:<24} {row.baseline_s * 1e3:>7.1f}ms"
             f"  {row.ratio:>6.2f}x  {row.note}"
         )
 

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     # ---- torch
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: CUDA when present")
     torch_threads: int | None = Field(default=None, ge=1, description="default: cores / worker concurrency")
+    compile_kernels: bool = Field(
+        default=True,
+        description="large float32 rotations use a one-pass kernel that torch.compile builds in a background "
+        "thread on first use (eager until it is ready, and if compiling fails); false: always eager",
+    )
 
     # ---- jobs
     worker_concurrency: int = Field(default=1, ge=1, description="jobs one worker runs at once")

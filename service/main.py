@@ -19,6 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from posenc import __version__
+from posenc.pe import compiled
 from posenc.schemas.compute import AttentionRequest, RotaryRequest
 from posenc.settings import Settings, get_settings
 from service.docs import install_offline_docs
@@ -49,6 +50,7 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings if settings is not None else get_settings()
+    compiled.configure(enabled=settings.compile_kernels)
     metrics = Metrics(compute_capacity=settings.compute_concurrency)
     rate_limiter = RateLimiter(settings.rate_limit_per_minute, settings.redis_url)
     auth_failures = RateLimiter(settings.auth_failures_per_minute, settings.redis_url)

@@ -137,6 +137,9 @@ def _set_up_child(**_: Any) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    from posenc.pe import compiled
+
+    compiled.configure(enabled=get_settings().compile_kernels)
     if cuda_initialized():  # a fresh fork sees the parent's state: the parent touched CUDA
         logger.error("process %d: CUDA was initialised in the worker parent; GPU jobs here will fail", os.getpid())
 

@@ -3,12 +3,11 @@ rotation for rotary methods. Family modules only supply the method-specific form
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.pe.ops import Pairing, pairing_layout, rotate_pairs
+from posenc.pe import compiled
+from posenc.pe.ops import Pairing, pairing_layout, rotate_pairs, rotate_pairs_in_place
 from posenc.pe.registry import MethodParams, MethodSpec
 from posenc.pe.types import AbsoluteContext, BiasContext, RotaryContext, RotaryFrequencies, RotaryGenerators
 from posenc.schemas.compute import MAX_ROTARY_POSITION
@@ -244,14 +243,6 @@ def xpos_scale(freqs: RotaryFrequencies, positions: torch.Tensor, dtype: torch.d
     return scale
 
 
-# Scratch of an in-place rotation: the block of x it still has to read is copied first, block by block, so the
-# extra memory stays this small whatever x's size. Blocks are not used otherwise: each op on a block is one
-# more parallel region, whose barrier stalls for a whole time slice when another process holds a core, so
-# cutting a big tensor into cache-sized blocks, about 10% faster on a quiet machine, was many times slower on
-# a busy one (two compute requests at once are enough).
-INPLACE_SCRATCH_BYTES = 4 << 20
-
-
 def apply_rotary(
     x: torch.Tensor,
     cos: torch.Tensor,
@@ -267,9 +258,10 @@ def apply_rotary(
     multiplies both members of each pair (xPos: ζ^(n/λ) for queries, its reciprocal for keys).
 
     ``out`` (x's shape and the tables' dtype, contiguous) receives the result instead of a new tensor; it may be
-    ``x`` itself, rotated in place, for a caller that owns x and no longer needs it (then block by block, with
-    at most ``INPLACE_SCRATCH_BYTES`` of scratch). Outside autograd the result is written straight into one
-    output, in three passes (``rotate_pairs``).
+    ``x`` itself, rotated in place, for a caller that owns x and no longer needs it (a copy of half the rotated
+    features is the only scratch). Outside autograd a large float32 x is rotated in one pass
+    by a compiled kernel once it is ready (``posenc.pe.compiled``); otherwise the result is written straight
+    into one output in three passes (``rotate_pairs``).
     """
     rot_dim = cos.shape[-1] * 2
     if rot_dim > x.shape[-1]:
@@ -287,10 +279,18 @@ def apply_rotary(
             )
     if x.dtype == compute and not needs_grad:
         if out is None:
+            fused = compiled.rotate(x, cos, sin, pairing, scale)  # one pass, once its kernel is compiled
+            if fused is not None:
+                return fused
             out = torch.empty(x.shape, dtype=compute, device=x.device)
-        for x_block, out_block, rows in _rotary_blocks(x, out, rot_dim):
-            block_scale = None if scale is None else scale[rows]
-            _rotate_block(x_block, out_block, cos[rows], sin[rows], pairing, block_scale)
+        if out.data_ptr() == x.data_ptr():
+            rotated = rotate_pairs_in_place(x[..., :rot_dim], cos, sin, pairing)
+        else:
+            rotated = rotate_pairs(x[..., :rot_dim], cos, sin, pairing, out=out[..., :rot_dim])
+            if rot_dim < x.shape[-1]:
+                out[..., rot_dim:].copy_(x[..., rot_dim:])
+        if scale is not None:
+            rotated.mul_(pairing_layout(scale, pairing))
         return out
     rotated_part, passthrough = x[..., :rot_dim].to(compute), x[..., rot_dim:]
     rotated = rotate_pairs(rotated_part, cos, sin, pairing)
@@ -300,54 +300,3 @@ def apply_rotary(
     if out is None:
         return result
     return out.copy_(result)
-
-
-def _rotary_blocks(
-    x: torch.Tensor, out: torch.Tensor, rot_dim: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, slice]]:
-    """(x block, out block, the table rows they need): one block, unless x is rotated in place (out is x); then
-    pieces of about ``INPLACE_SCRATCH_BYTES``: whole (N, D) slabs of the leading dims when a slab is small, else
-    row ranges of one slab. A layout that cannot be cut without a copy is one block."""
-    length, width = x.shape[-2], x.shape[-1]
-    all_rows = slice(0, length)
-    block_bytes = INPLACE_SCRATCH_BYTES
-    if out.data_ptr() != x.data_ptr() or x.dim() < 2 or x.numel() * x.element_size() <= block_bytes:
-        yield x, out, all_rows
-        return
-    try:
-        x_slabs = x.view(-1, length, width)  # (M, N, D): M = the product of the leading dims
-    except RuntimeError:  # strides that do not merge (a transposed view): one block, still one output buffer
-        yield x, out, all_rows
-        return
-    out_slabs = out.view(-1, length, width)  # (M, N, D)
-    slab_bytes = length * width * x.element_size()
-    if slab_bytes <= block_bytes:
-        per_block = block_bytes // slab_bytes
-        for first in range(0, x_slabs.shape[0], per_block):
-            yield x_slabs[first : first + per_block], out_slabs[first : first + per_block], all_rows
-        return
-    rows_per_block = max(1, block_bytes // (width * x.element_size()))
-    for slab, out_slab in zip(x_slabs, out_slabs, strict=True):
-        for start in range(0, length, rows_per_block):
-            rows = slice(start, min(length, start + rows_per_block))
-            yield slab[rows], out_slab[rows], rows
-
-
-def _rotate_block(
-    x: torch.Tensor,
-    out: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    pairing: Pairing,
-    scale: torch.Tensor | None,
-) -> None:
-    """One block: the rotated features written into ``out``, then scaled, then the passthrough copied. ``out``
-    may be ``x``: the rotation then reads a copy of the block's rotated features (the scratch)."""
-    rot_dim = cos.shape[-1] * 2
-    in_place = out.data_ptr() == x.data_ptr()
-    source = x[..., :rot_dim].clone() if in_place else x[..., :rot_dim]
-    rotated = rotate_pairs(source, cos, sin, pairing, out=out[..., :rot_dim])
-    if scale is not None:
-        rotated.mul_(pairing_layout(scale, pairing))
-    if rot_dim < x.shape[-1] and not in_place:
-        out[..., rot_dim:].copy_(x[..., rot_dim:])

@@ -75,6 +75,29 @@ def rotate_pairs(
     return out
 
 
+def rotate_pairs_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+    """``rotate_pairs`` written over x itself (already in the tables' dtype), with a copy of the first member of
+    each pair as the only scratch: the same operations on the same values, so the same bits."""
+    if pairing == "half":
+        half = x.shape[-1] // 2
+        first, second = x[..., :half], x[..., half:]
+    else:
+        first, second = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
+    saved_first = first.clone()
+    exact = x.dtype == torch.float64  # as rotate_pairs: float64 rounds each product, then the sum
+    first.mul_(cos)  # the first members, while the second ones are still the originals
+    if exact:
+        first.sub_(second * sin)
+    else:
+        first.addcmul_(second, sin, value=-1)
+    second.mul_(cos)  # then the second members, from the saved first ones
+    if exact:
+        second.add_(saved_first * sin)
+    else:
+        second.addcmul_(saved_first, sin)
+    return x
+
+
 def pairing_layout(table: torch.Tensor, pairing: Pairing) -> torch.Tensor:
     """A per-pair table (N, d_rot/2) laid out per feature (N, d_rot) as the pairing pairs them: both members of
     pair k get entry k (half: [t, t]; interleaved: t repeated in place)."""

@@ -1,0 +1,91 @@
+"""The compiled one-pass rotary kernel (``posenc.pe.compiled``) against the eager apply: equal to float32 rounding
+for both pairings, partial rotation and xPos scaling; used only where it may be (large float32 inputs outside
+autograd), never for float64, whose eager path equals the plain formula bit for bit; and never compiling on
+the caller's thread."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+import pytest
+import torch
+
+from posenc.pe import compiled
+from posenc.pe.kinds import apply_rotary
+
+Pairing = Literal["half", "interleaved"]
+
+
+@pytest.fixture
+def eager_only() -> Iterator[None]:
+    compiled.configure(enabled=False)
+    yield
+    compiled.configure(enabled=True)
+
+
+def tables(length: int, half_rot: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(half_rot)
+    angles = torch.rand(length, half_rot, generator=generator, dtype=torch.float64) * 1000  # (N, d_rot/2)
+    scale = 1 + torch.rand(length, half_rot, generator=generator, dtype=torch.float64)  # (N, d_rot/2)
+    return angles.cos().to(dtype), angles.sin().to(dtype), scale.to(dtype)
+
+
+def large(dtype: torch.dtype = torch.float32, batch: int = 2) -> torch.Tensor:
+    """(B, H, N, D) above ``COMPILE_MIN_BYTES``."""
+    elements = compiled.COMPILE_MIN_BYTES // torch.tensor([], dtype=dtype).element_size()
+    length = elements // (batch * 4 * 64) + 1
+    return torch.randn(batch, 4, length, 64, generator=torch.Generator().manual_seed(0), dtype=dtype)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+@pytest.mark.parametrize("with_scale", [False, True])
+def test_the_compiled_kernel_equals_the_eager_apply(pairing: Pairing, rotary_dim: int, with_scale: bool) -> None:
+    assert compiled.wait_until_ready(pairing, partial=rotary_dim < 64)
+    x = large()
+    cos, sin, scale = tables(x.shape[-2], rotary_dim // 2, torch.float32)
+    fused = compiled.rotate(x, cos, sin, pairing, scale if with_scale else None)
+    assert fused is not None  # ready, and the input is one it serves
+    compiled.configure(enabled=False)
+    try:
+        eager = apply_rotary(x, cos, sin, pairing=pairing, scale=scale if with_scale else None)
+    finally:
+        compiled.configure(enabled=True)
+    eps = torch.finfo(torch.float32).eps  # xPos's scale is folded into the tables: a few roundings apart at most
+    torch.testing.assert_close(fused, eager, rtol=8 * eps, atol=16 * eps)
+    assert torch.equal(fused[..., rotary_dim:], x[..., rotary_dim:])  # the rest passes through untouched
+    assert torch.equal(apply_rotary(x, cos, sin, pairing=pairing, scale=scale if with_scale else None), fused)
+
+
+def test_what_the_kernel_leaves_to_the_eager_path() -> None:
+    assert compiled.wait_until_ready("half")
+    x = large()
+    cos, sin, _ = tables(x.shape[-2], 32, torch.float32)
+    assert compiled.rotate(x, cos, sin, "half", None) is not None
+    small = x[:, :, :8].contiguous()
+    assert compiled.rotate(small, cos[:8], sin[:8], "half", None) is None  # under COMPILE_MIN_BYTES
+    assert compiled.rotate(x.double(), cos.double(), sin.double(), "half", None) is None  # float64: exact eager
+    assert compiled.rotate(x.transpose(1, 2), cos, sin, "half", None) is None  # not contiguous
+    single = large(batch=1)[:, :1]  # (1, 1, N, D): a size of 1 would need a kernel of its own
+    cos_single, sin_single, _ = tables(single.shape[-2], 32, torch.float32)
+    assert compiled.rotate(single.contiguous(), cos_single, sin_single, "half", None) is None
+    with torch.enable_grad():
+        assert compiled.rotate(x.clone().requires_grad_(), cos, sin, "half", None) is None
+
+
+def test_float64_stays_on_the_exact_eager_path() -> None:
+    """Even where a compiled kernel is ready, float64 is the plain formula: products rounded, then summed."""
+    assert compiled.wait_until_ready("half")
+    x = large(torch.float64)
+    cos, sin, _ = tables(x.shape[-2], 32, torch.float64)
+    first, second = x[..., :32], x[..., 32:]
+    expected = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+    assert torch.equal(apply_rotary(x, cos, sin, pairing="half"), expected)
+
+
+def test_switched_off_means_eager(eager_only: None) -> None:
+    x = large()
+    cos, sin, _ = tables(x.shape[-2], 32, torch.float32)
+    assert compiled.rotate(x, cos, sin, "half", None) is None
+    assert not compiled.wait_until_ready("half")
