@@ -187,6 +187,11 @@ class Applier:
         by default."""
         return t
 
+    def fast_embed(self, t: torch.Tensor) -> torch.Tensor:
+        """t (B, T, D) at positions arange(T): the training decoders' call, ``embed(t, arange(T), T)``."""
+        length = t.shape[-2]
+        return self.embed(t, positions(length, t.device), length)
+
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -494,6 +499,16 @@ class AbsoluteApplier(Applier):
             rows = torch.where(prefix[:, None], self.prefix_rows(pos, dim, t.device).to(rows.dtype), rows)
         return t + rows.to(t.dtype)
 
+    def fast_embed(self, t: torch.Tensor) -> torch.Tensor:
+        if self.layer.graph is not None:  # positions are node ids: the general path
+            return super().fast_embed(t)
+        length = t.shape[-2]
+        table = self.table((length,), t.shape[-1], t.device)  # (T, D)
+        # positions 0..T−1 read the rows in order, so they are the table itself: no gather (whose backward is a
+        # scatter-add) and no prefix test (a device sync on CUDA) every step; the same values as ``embed``
+        rows = table if table.shape[0] == length else table[:length]  # (T, D)
+        return t + rows.to(t.dtype)
+
     def table(self, grid: tuple[int, ...], dim: int, device: torch.device) -> torch.Tensor:
         """P (*grid, dim) in the layer's compute dtype (cached per grid: P depends only on it)."""
         ctx = self._context(grid, dim, device)
@@ -634,8 +649,9 @@ class BiasApplier(Applier):
             out = self.flex_attend(q, k, v, x=x)
             assert out is not None
             return out
-        mask = self._cached(("causal_bias", length, str(device)), build)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))  # (H, T, T) broadcasts
+        # cached in q's dtype too, so a layer run in another dtype (autocast) does not cast (H, T, T) per call
+        mask = self._cached(("causal_bias", length, str(device), q.dtype), lambda: build().to(q.dtype))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (H, T, T) broadcasts over B
 
     def positional_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None

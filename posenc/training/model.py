@@ -3,13 +3,14 @@
 Token embedding -> L x [x + Attn(LN(x)), x + FFN(LN(x))] -> LN -> untied head; FFN 4d with GELU, no dropout,
 biases in the block projections, none in the head (2 layers, d=128, 65 symbols: 413,440 parameters, the
 LM-X model of evaluation.md §1.4). The PE enters through its kind's applier (``posenc.pe.appliers``): the
-model calls ``embed`` on the token embeddings and ``fast_attend`` in every attention layer, and never looks at
-the kind. A method the registry marks ``per_layer`` (XL's W_R, FoX's gate projection, Shaw's tables) gets one
+model calls ``fast_embed`` on the token embeddings and ``layer_attend`` in every attention layer, and never looks
+at the kind. A method the registry marks ``per_layer`` (XL's W_R, FoX's gate projection, Shaw's tables) gets one
 instance of its learned parameters per layer; every other method one shared instance (``pe``).
 
 Fixed PE tensors are cached per (length, device) and never saved; learned ones (``MethodSpec.learned``) are
-``nn.Parameter``s initialised by ``spec.learned_init`` and passed back to the method each forward through
-``params.model_copy(update=...)``, so gradients flow through the method's own formula.
+``nn.Parameter``s initialised by ``spec.learned_init`` and handed to the method through
+``params.model_copy(update=...)`` (once; the applier is rebuilt only if the Parameter objects change), so each
+forward runs the method's own formula on them and gradients flow through it.
 
 The non-PE weights are drawn from a private generator seeded by ``seed`` before the PE modules exist, so two
 models with the same seed and different methods start from identical non-PE weights.
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc.pe import MethodParams, get_method
-from posenc.pe.appliers import Applier, Layer, build_applier, positions
+from posenc.pe.appliers import Applier, Layer, build_applier
 
 INIT_STD = 0.02  # GPT-2 / nanoGPT initialisation of every linear and embedding weight
 
@@ -83,6 +84,7 @@ class PositionalEncoding(nn.Module):
         self.layer = layer
         self.learned = nn.ParameterDict()
         self._cache: dict[Any, Any] = {}
+        self._applier: tuple[tuple[torch.Tensor, ...], Applier] | None = None  # see ``applier``
         if self.spec.learned and learned:
             if self.spec.learned_init is None:
                 raise ValueError(f"{method!r} is learned but has no learned_init, so it cannot be trained")
@@ -97,10 +99,24 @@ class PositionalEncoding(nn.Module):
         """The applier with the current learned tensors substituted (differentiable); fixed tables cached.
         ``layer`` replaces the model's layer for one call (a graph model's layer carries each example's graph),
         uncached: the cache keys omit the graph."""
-        params = self.params.model_copy(update=dict(self.learned.items())) if self.learned else self.params
         if layer is not None:
-            return build_applier(self.spec, params, layer)
-        return build_applier(self.spec, params, self.layer, cache=self._cache)
+            return build_applier(self.spec, self._current_params(), layer)
+        # Built once, not every forward: the learned tensors go into the params as the nn.Parameter objects
+        # themselves, which the optimizer and load_state_dict update in place, and the method runs its formula
+        # on them at each call, so gradients still flow. Rebuilt if the objects are swapped (by identity).
+        tensors = tuple(self.learned.values())
+        built = self._applier
+        if (
+            built is None
+            or len(built[0]) != len(tensors)
+            or any(a is not b for a, b in zip(built[0], tensors, strict=True))
+        ):
+            built = (tensors, build_applier(self.spec, self._current_params(), self.layer, cache=self._cache))
+            self._applier = built
+        return built[1]
+
+    def _current_params(self) -> MethodParams:
+        return self.params.model_copy(update=dict(self.learned.items())) if self.learned else self.params
 
 
 def attach_positional_encodings(
@@ -225,7 +241,7 @@ class TinyTransformer(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         length = ids.shape[1]
         shared = self.pe.applier()
-        x = shared.embed(self.token_embedding(ids), positions(length, ids.device), length)  # (B, T, D)
+        x = shared.fast_embed(self.token_embedding(ids))  # (B, T, D), P at positions arange(T)
         state = shared.initial_state(ids.shape[0], length, ids.device)
         for block in self.blocks:
             assert isinstance(block, Block)
