@@ -24,7 +24,7 @@ from posenc.schemas.jobs import ComputeRequest, ComputeRoute
 from posenc.settings import Settings
 from service.deps import MediaTypeDep, SettingsDep, SlotsDep, TensorNameDep
 from service.errors import ProblemError
-from service.limits import ComputeSlots, check_input_budget, check_json_budget, check_output_budget
+from service.limits import check_input_budget, check_json_budget, check_output_budget
 from service.transport import (
     JSON,
     SAFETENSORS,
@@ -52,7 +52,8 @@ def _respond(
     tensor: str | None,
     settings: Settings,
 ) -> Response:
-    """On a compute thread: prepare, check the budgets and what the Accept type can carry, compute, encode."""
+    """On a compute thread (``slots.run``): prepare, check the budgets and what the Accept type can carry,
+    compute, encode."""
     prepared = prepare(route, request, binary)
     check_input_budget(prepared.input_elements, settings, prepared.jobs_hint)
     check_output_budget(prepared.total_bytes, settings, prepared.budget_hint)
@@ -60,18 +61,6 @@ def _respond(
         check_json_budget(prepared.output_elements, settings)
     check_deliverable(prepared.outputs, media_type, tensor)
     return render(prepared.run(), media_type, tensor)
-
-
-async def _compute(
-    route: ComputeRoute,
-    request: ComputeRequest,
-    binary: BinaryTensors | None,
-    media_type: str,
-    tensor: str | None,
-    settings: Settings,
-    slots: ComputeSlots,
-) -> Response:
-    return await slots.run(functools.partial(_respond, route, request, binary, media_type, tensor, settings))
 
 
 def _json_or_safetensors(
@@ -110,7 +99,7 @@ def _require_json(request: Request) -> None:
 async def compute_bias(
     body: BiasRequest, media_type: MediaTypeDep, tensor: TensorNameDep, settings: SettingsDep, slots: SlotsDep
 ) -> Response:
-    return await _compute("bias", body, None, media_type, tensor, settings, slots)
+    return await slots.run(functools.partial(_respond, "bias", body, None, media_type, tensor, settings))
 
 
 @router.post(
@@ -128,7 +117,9 @@ async def compute_rotary(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return await _compute("rotary", parsed.request, parsed.binary, media_type, tensor, settings, slots)
+    return await slots.run(
+        functools.partial(_respond, "rotary", parsed.request, parsed.binary, media_type, tensor, settings)
+    )
 
 
 @router.post(
@@ -145,7 +136,7 @@ async def compute_encoding(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return await _compute("encodings", body, None, media_type, tensor, settings, slots)
+    return await slots.run(functools.partial(_respond, "encodings", body, None, media_type, tensor, settings))
 
 
 @router.post(
@@ -167,4 +158,6 @@ async def compute_attention(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return await _compute("attention", parsed.request, parsed.binary, media_type, tensor, settings, slots)
+    return await slots.run(
+        functools.partial(_respond, "attention", parsed.request, parsed.binary, media_type, tensor, settings)
+    )
