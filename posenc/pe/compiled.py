@@ -3,12 +3,12 @@
 The eager apply (``posenc.pe.ops.rotate_pairs``) makes three passes over its output; ``torch.compile``
 (Inductor) fuses the whole formula into one loop. Compiling costs 10 to 20 s on a CPU the first time and a few
 seconds from Inductor's on-disk cache later, so it never happens on the caller's thread: the first large
-float32 rotation of a kind (pairing, partial or not) starts a background thread
-that compiles it with dynamic shapes (one kernel for every size), and every call takes the eager path until the
-kernel is ready, and for good when compiling fails (no C++ compiler, an unsupported platform) or is switched off
+float32 rotation of a pairing starts a background thread that compiles it with dynamic shapes (one kernel for
+every size), and every call takes the eager path until the kernel is ready, and for good when compiling fails (no C++ compiler, an unsupported platform) or is switched off
 (``configure(enabled=False)``; the service reads ``POSENC_COMPILE_KERNELS``). A ready kernel never compiles
 again on a caller's thread: a call its guards do not cover (a size of 1 is specialised, an unusual stride) is
-refused by ``fail_on_recompile`` and runs eagerly.
+refused by ``fail_on_recompile`` and runs eagerly. Partial rotation stays eager too: a kernel that also copies
+the passthrough features measured slower than the eager path's rotation plus one copy.
 
 float32 only: the kernel may fuse a multiply into an add (one rounding fewer), which float32 allows (results
 agree to float32 rounding) and float64, the reference dtype that must equal the plain formula bit for bit, does
@@ -25,7 +25,6 @@ from typing import Literal
 import torch
 
 Pairing = Literal["half", "interleaved"]
-KernelKey = tuple[Pairing, bool]  # pairing, partial rotation
 
 # Below this a rotation is a few passes over cached data either way and compiled dispatch buys nothing.
 COMPILE_MIN_BYTES = 4 << 20
@@ -33,7 +32,7 @@ COMPILE_MIN_BYTES = 4 << 20
 logger = logging.getLogger(__name__)
 _enabled = True
 _lock = threading.Lock()
-_kernels: dict[KernelKey, _Kernel] = {}
+_kernels: dict[Pairing, _Kernel] = {}
 
 
 def configure(*, enabled: bool) -> None:
@@ -53,9 +52,11 @@ def rotate(
     slabs = x.reshape(-1, length, width)  # (M, N, D): a view (x is contiguous)
     if slabs.shape[0] < 2 or length < 2:
         return None  # sizes of 1 are specialised by dynamic shapes: leave them to the eager path
+    if cos.shape[-1] * 2 < width:
+        return None  # partial rotation: the eager path (with a separate passthrough copy) was faster than a fused cat
     if scale is not None:  # xPos: (a·cos − b·sin)·s = a·(cos·s) − b·(sin·s), the scale folded into the tables
         cos, sin = cos * scale, sin * scale
-    kernel = _kernel((pairing, cos.shape[-1] * 2 < width))
+    kernel = _kernel(pairing)
     out = kernel.run(slabs, cos, sin)
     return None if out is None else out.view(x.shape)
 
@@ -73,7 +74,7 @@ def _eligible(x: torch.Tensor, cos: torch.Tensor) -> bool:
     )
 
 
-def _kernel(key: KernelKey) -> _Kernel:
+def _kernel(key: Pairing) -> _Kernel:
     with _lock:
         kernel = _kernels.get(key)
         if kernel is None:
@@ -81,12 +82,12 @@ def _kernel(key: KernelKey) -> _Kernel:
         return kernel
 
 
-def wait_until_ready(pairing: Pairing, *, partial: bool = False) -> bool:
+def wait_until_ready(pairing: Pairing) -> bool:
     """Compile the kernel of this kind now, on this thread if nobody has started it, and wait for it: True when
     it is ready, False when compiling failed or is switched off (tests, warm-ups)."""
     if not _enabled:
         return False
-    kernel = _kernel((pairing, partial))
+    kernel = _kernel(pairing)
     kernel.start()
     kernel.done.wait()
     return kernel.compiled is not None
@@ -94,26 +95,23 @@ def wait_until_ready(pairing: Pairing, *, partial: bool = False) -> bool:
 
 # ------------------------------------------------------------------------------------------------ kernels
 def _fused_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
-    """The rotation as one expression for Inductor to fuse: x (M, N, D), tables (N, d_rot/2) -> (M, N, D)."""
+    """The rotation as one expression for Inductor to fuse: x (M, N, d), tables (N, d/2) -> (M, N, d)."""
     half_rot = cos.shape[-1]
-    rot_dim = 2 * half_rot
     if pairing == "half":
-        first, second = x[..., :half_rot], x[..., half_rot:rot_dim]
-        rotated = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (M, N, d_rot)
+        first, second = x[..., :half_rot], x[..., half_rot:]
+        rotated = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (M, N, d)
     else:
-        pairs = x[..., :rot_dim].view(*x.shape[:-1], half_rot, 2)  # (M, N, d_rot/2, 2): feature pairs
+        pairs = x.view(*x.shape[:-1], half_rot, 2)  # (M, N, d/2, 2): feature pairs
         even, odd = pairs[..., 0], pairs[..., 1]
-        turned = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (M, N, d_rot/2, 2)
-        rotated = turned.flatten(-2)  # (M, N, d_rot)
-    if rot_dim == x.shape[-1]:
-        return rotated
-    return torch.cat((rotated, x[..., rot_dim:]), dim=-1)
+        turned = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (M, N, d/2, 2)
+        rotated = turned.flatten(-2)  # (M, N, d)
+    return rotated
 
 
 class _Kernel:
-    """One kind's compiled kernel and its state: not started, compiling (``done`` unset), ready or failed."""
+    """One pairing's compiled kernel and its state: not started, compiling (``done`` unset), ready or failed."""
 
-    def __init__(self, key: KernelKey) -> None:
+    def __init__(self, key: Pairing) -> None:
         self.key = key
         self.compiled: Callable[..., torch.Tensor] | None = None
         self.done = threading.Event()
@@ -125,7 +123,7 @@ class _Kernel:
             if self._started:
                 return
             self._started = True
-        threading.Thread(target=self._compile, name=f"posenc-compile-{self.key[0]}", daemon=True).start()
+        threading.Thread(target=self._compile, name=f"posenc-compile-{self.key}", daemon=True).start()
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
         if not self.done.is_set():
@@ -135,21 +133,23 @@ class _Kernel:
             return None
         try:
             with torch.compiler.set_stance("fail_on_recompile"), torch.no_grad():
-                return self.compiled(x, cos, sin, self.key[0])
+                return self.compiled(x, cos, sin, self.key)
         except Exception:  # a call outside the kernel's guards: never compile on the caller's thread
             return None
 
     def _compile(self) -> None:
-        pairing, partial = self.key
+        pairing = self.key
         try:
             import torch._inductor.config as inductor_config
 
             # no pool of compile subprocesses forked from a server's process
             inductor_config.compile_threads = 1
             compiled = torch.compile(_fused_rotation, dynamic=True, fullgraph=True)
-            width = 12 if partial else 8  # an example of each variable size, none of them 0 or 1
-            example = torch.randn(2, 3, width)  # (M, N, D)
-            cos, sin = torch.rand(3, 4), torch.rand(3, 4)  # (N, d_rot/2), distinct (aliases are guarded)
+            # sizes like a real head's: Inductor picks its loop order and vector width from the example's sizes
+            # (a tiny example gave a kernel 1.6x slower on (32, 4096, 128)); none of them 0 or 1
+            length, half_rot = 256, 64
+            example = torch.randn(4, length, 2 * half_rot)  # (M, N, D)
+            cos, sin = torch.rand(length, half_rot), torch.rand(length, half_rot)  # (N, d_rot/2) each, distinct
             with torch.no_grad():
                 produced = compiled(example, cos, sin, pairing)
                 expected = _fused_rotation(example, cos, sin, pairing)
