@@ -27,6 +27,7 @@ import safetensors.torch
 import torch
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from posenc.compute import OutputSpec, TensorResult, safetensors_metadata
 from posenc.errors import InvalidInput
@@ -123,11 +124,8 @@ def render(result: TensorResult, media_type: str, requested: str | None = None) 
 
     meta_header = json.dumps(result.meta, separators=(",", ":"), ensure_ascii=True, default=str)
     if media_type == SAFETENSORS:
-        payload = safetensors.torch.save(
-            {name: tensor.detach().to("cpu").contiguous() for name, tensor in result.tensors.items()},
-            metadata=safetensors_metadata(result.meta),
-        )
-        return Response(content=payload, media_type=SAFETENSORS, headers={**common, "X-Posenc-Meta": meta_header})
+        pieces = safetensors_pieces(result.tensors, safetensors_metadata(result.meta))
+        return PiecesResponse(pieces, media_type=SAFETENSORS, headers={**common, "X-Posenc-Meta": meta_header})
 
     name = requested if requested is not None else names[0]
     tensor = result.tensors[name].detach().to("cpu").contiguous()
@@ -143,6 +141,41 @@ def render(result: TensorResult, media_type: str, requested: str | None = None) 
         np.save(buffer, tensor.numpy(), allow_pickle=False)
         return Response(content=buffer.getbuffer(), media_type=NPY, headers=headers)
     return Response(content=raw_bytes(tensor), media_type=OCTET_STREAM, headers=headers)
+
+
+_SAFETENSORS_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
+
+
+def safetensors_pieces(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> list[memoryview | bytes]:
+    """A safetensors file as its pieces: the 8-byte header length and the JSON header (padded with spaces to a
+    multiple of 8, as the format's writer pads it), then each tensor's own bytes (``raw_bytes``: views, no copy)."""
+    data = {name: raw_bytes(tensor) for name, tensor in tensors.items()}
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for name, tensor in tensors.items():
+        size = len(data[name])
+        code = _SAFETENSORS_CODES[dtype_name(tensor.dtype)]
+        header[name] = {"dtype": code, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return [len(encoded).to_bytes(8, "little") + encoded, *data.values()]
+
+
+class PiecesResponse(Response):
+    """A body sent as its pieces, one after another, with the total length declared: a large answer goes out
+    from the tensors' own memory instead of being joined into one bytes object first."""
+
+    def __init__(self, pieces: Sequence[memoryview | bytes], *, media_type: str, headers: Mapping[str, str]) -> None:
+        self.pieces = pieces
+        super().__init__(content=b"", media_type=media_type, headers=dict(headers))
+        self.headers["content-length"] = str(sum(len(piece) for piece in pieces))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        for piece in self.pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def raw_bytes(tensor: torch.Tensor) -> memoryview | bytes:

@@ -138,3 +138,33 @@ def test_json_spells_non_finite_values_as_strings(client: TestClient, wire: Any)
     round_tripped = wire.json_tensor(body["tensors"]["bias"])
     assert torch.isneginf(round_tripped).sum() == 4 * 15  # 15 future keys per head in a 6x6 causal bias
     torch.testing.assert_close(round_tripped, alibi_reference(), rtol=0, atol=0)
+
+
+def test_a_safetensors_answer_is_sent_from_the_tensors_own_memory() -> None:
+    """The answer's pieces are the header, then views of each tensor (no joined copy); joined, they are a file
+    the safetensors library reads back to the same tensors and dtypes, with the metadata in its header."""
+    import json
+
+    import safetensors.torch
+
+    from service.transport import safetensors_pieces
+
+    tensors = {
+        "q": torch.randn(2, 3, 5),
+        "half": torch.randn(4, 3).to(torch.bfloat16),
+        "mask": torch.rand(3, 3) > 0.5,
+        "ids": torch.arange(7),
+    }
+    pieces = safetensors_pieces(tensors, {"method": '"rope"'})
+    for piece, tensor in zip(pieces[1:], tensors.values(), strict=True):
+        assert isinstance(piece, memoryview)
+        assert np.shares_memory(np.asarray(piece), tensor.view(torch.uint8).numpy())
+    assert len(pieces[0]) % 8 == 0
+    body = b"".join(pieces)
+    loaded = safetensors.torch.load(body)
+    assert set(loaded) == set(tensors)
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype
+        assert torch.equal(loaded[name], tensor)
+    header_length = int.from_bytes(body[:8], "little")
+    assert json.loads(body[8 : 8 + header_length])["__metadata__"] == {"method": '"rope"'}
