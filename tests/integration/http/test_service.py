@@ -123,3 +123,45 @@ def test_compute_threads_come_back_when_the_app_starts_again(isolated_settings: 
             assert (
                 client.post("/v1/bias", json={"method": "alibi", "num_heads": 1, "query_length": 2}).status_code == 200
             )
+
+
+def test_compute_runs_on_its_own_threads_and_tiny_work_inline() -> None:
+    """Work goes to one of ``capacity`` compute threads; ``inline`` work runs on the event loop's thread; waiters
+    get a freed slot first come, first served, and one that waits past ``wait_s`` is refused."""
+    import asyncio
+    import threading
+
+    from service.errors import ProblemError
+    from service.limits import ComputeSlots
+
+    slots = ComputeSlots(1, 0.5)
+
+    async def scenario() -> None:
+        loop_thread = threading.current_thread().name
+        assert (await slots.run(lambda: threading.current_thread().name)).startswith("posenc-compute")
+        assert await slots.run(lambda: threading.current_thread().name, inline=True) == loop_thread
+        assert slots.try_acquire()  # another request holds the only slot
+        order: list[int] = []
+
+        async def waiter(index: int) -> None:
+            await slots.run(lambda: order.append(index))
+
+        waiters = [asyncio.create_task(waiter(index)) for index in range(3)]
+        await asyncio.sleep(0.05)
+        slots.release()
+        await asyncio.gather(*waiters)
+        assert order == [0, 1, 2]
+        assert slots.try_acquire()
+        try:
+            await slots.run(lambda: None)
+        except ProblemError as refused:
+            assert refused.status == 503
+        else:
+            raise AssertionError("a request that waited past wait_s was served")
+        finally:
+            slots.release()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        slots.close()
