@@ -4,8 +4,9 @@ The eager apply (``posenc.pe.ops.rotate_pairs``) makes three passes over its out
 (Inductor) fuses the whole formula into one loop. Compiling costs 10 to 20 s on a CPU the first time and a few
 seconds from Inductor's on-disk cache later, so it never happens on the caller's thread: the first large
 float32 rotation of a pairing starts a background thread that compiles it with dynamic shapes (one kernel for
-every size), and every call takes the eager path until the kernel is ready, and for good when compiling fails (no C++ compiler, an unsupported platform) or is switched off
-(``configure(enabled=False)``; the service reads ``POSENC_COMPILE_KERNELS``). A ready kernel never compiles
+every size), and every call takes the eager path until the kernel is ready, and for good when compiling fails
+(no C++ compiler, an unsupported platform) or is switched off (``configure(enabled=False)``; the service reads
+``POSENC_COMPILE_KERNELS``). A ready kernel never compiles
 again on a caller's thread: a call its guards do not cover (a size of 1 is specialised, an unusual stride) is
 refused by ``fail_on_recompile`` and runs eagerly. Partial rotation stays eager too: a kernel that also copies
 the passthrough features measured slower than the eager path's rotation plus one copy.
