@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from starlette.testclient import TestClient
 
 from service.main import create_app
