@@ -55,13 +55,8 @@ def rotate_pairs(
         return _rotate_pairs_differentiable(x, cos, sin, pairing, out)
     if out is None:
         out = torch.empty(x.shape, dtype=torch.result_type(x, cos), device=x.device)
-    if pairing == "half":
-        half = x.shape[-1] // 2
-        first, second = x[..., :half], x[..., half:]
-        out_first, out_second = out[..., :half], out[..., half:]
-    else:
-        first, second = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
-        out_first, out_second = out[..., 0::2], out[..., 1::2]
+    first, second = pair_members(x, pairing)
+    out_first, out_second = pair_members(out, pairing)
     # x·cos in one contiguous pass over the whole width (cos laid out as the pairing pairs the features), then
     # the sin terms: three passes instead of six temporaries and a concatenation
     torch.mul(x, pairing_layout(cos, pairing), out=out)
@@ -78,11 +73,7 @@ def rotate_pairs(
 def rotate_pairs_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: Pairing) -> torch.Tensor:
     """``rotate_pairs`` written over x itself (already in the tables' dtype), with a copy of the first member of
     each pair as the only scratch: the same operations on the same values, so the same bits."""
-    if pairing == "half":
-        half = x.shape[-1] // 2
-        first, second = x[..., :half], x[..., half:]
-    else:
-        first, second = x[..., 0::2], x[..., 1::2]  # (..., N, d_rot/2) each
+    first, second = pair_members(x, pairing)
     saved_first = first.clone()
     exact = x.dtype == torch.float64  # as rotate_pairs: float64 rounds each product, then the sum
     first.mul_(cos)  # the first members, while the second ones are still the originals
@@ -96,6 +87,14 @@ def rotate_pairs_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     else:
         second.addcmul_(saved_first, sin)
     return x
+
+
+def pair_members(t: torch.Tensor, pairing: Pairing) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the first and the second member of every pair of t (..., d_rot): (..., d_rot/2) each."""
+    if pairing == "half":
+        half = t.shape[-1] // 2
+        return t[..., :half], t[..., half:]
+    return t[..., 0::2], t[..., 1::2]
 
 
 def pairing_layout(table: torch.Tensor, pairing: Pairing) -> torch.Tensor:
