@@ -33,6 +33,10 @@ COMPILE_MIN_BYTES = 4 << 20
 logger = logging.getLogger(__name__)
 _enabled = True
 _lock = threading.Lock()
+# Dynamo's stance is one global setting, not a thread's: a call sets ``fail_on_recompile`` and restores the
+# previous stance, and a compile needs the default one, so they take turns. A call that finds the turn taken
+# (a compile under way, another thread's call) runs eagerly rather than wait.
+_dynamo_turn = threading.Lock()
 _kernels: dict[Pairing, _Kernel] = {}
 
 
@@ -130,13 +134,15 @@ class _Kernel:
         if not self.done.is_set():
             self.start()
             return None
-        if self.compiled is None:
+        if self.compiled is None or not _dynamo_turn.acquire(blocking=False):
             return None
         try:
             with torch.compiler.set_stance("fail_on_recompile"), torch.no_grad():
                 return self.compiled(x, cos, sin, self.key)
         except Exception:  # a call outside the kernel's guards: never compile on the caller's thread
             return None
+        finally:
+            _dynamo_turn.release()
 
     def _compile(self) -> None:
         pairing = self.key
@@ -151,9 +157,9 @@ class _Kernel:
             length, half_rot = 256, 64
             example = torch.randn(4, length, 2 * half_rot)  # (M, N, D)
             cos, sin = torch.rand(length, half_rot), torch.rand(length, half_rot)  # (N, d_rot/2) each, distinct
-            with torch.no_grad():
+            with _dynamo_turn, torch.no_grad():
                 produced = compiled(example, cos, sin, pairing)
-                expected = _fused_rotation(example, cos, sin, pairing)
+            expected = _fused_rotation(example, cos, sin, pairing)
             torch.testing.assert_close(produced, expected)
             self.compiled = compiled
         except Exception:

@@ -89,3 +89,34 @@ def test_switched_off_means_eager(eager_only: None) -> None:
     cos, sin, _ = tables(x.shape[-2], 32, torch.float32)
     assert compiled.rotate(x, cos, sin, "half", None) is None
     assert not compiled.wait_until_ready("half")
+
+
+def test_threads_take_turns_and_leave_dynamo_as_they_found_it() -> None:
+    """Dynamo's stance is global: concurrent callers take turns at the kernel (a caller that finds the turn
+    taken, as during a compile, runs eagerly), every answer is the same, and the stance is back to default."""
+    import threading
+
+    import torch._dynamo.eval_frame as eval_frame
+
+    assert compiled.wait_until_ready("half")
+    x = large()
+    cos, sin, _ = tables(x.shape[-2], 32, torch.float32)
+    expected = compiled.rotate(x, cos, sin, "half", None)
+    assert expected is not None
+    with compiled._dynamo_turn:  # a compile (or another call) under way: this call goes eager
+        assert compiled.rotate(x, cos, sin, "half", None) is None
+    answers: list[torch.Tensor] = []
+
+    def caller() -> None:
+        for _ in range(10):
+            answers.append(apply_rotary(x, cos, sin, pairing="half"))
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    eps = torch.finfo(torch.float32).eps
+    for answer in answers:  # the kernel's, or the eager path's where the turn was taken
+        torch.testing.assert_close(answer, expected, rtol=4 * eps, atol=4 * eps)
+    assert eval_frame._stance.stance == "default"
