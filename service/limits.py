@@ -1,8 +1,9 @@
 """Guards in front of the compute: capacity, budgets, API keys and a per-key rate limit.
 
-- Capacity: compute runs on ``compute_concurrency`` threads of its own, never on the event loop; torch in a
-  thread cannot be cancelled, so the only real control is how many run at once. A slot is waited for (on
-  the event loop) at most ``compute_wait_s``; then the answer is 503 with Retry-After.
+- Capacity: compute runs on ``compute_concurrency`` threads of its own (tiny work, which costs less than the
+  hand-off, on the event loop); torch in a thread cannot be cancelled, so the only real control is how many
+  run at once. A slot is waited for (on the event loop, first come, first served) at most
+  ``compute_wait_s``; then the answer is 503 with Retry-After.
 - Budgets: sizes are known from the request, so they are checked before anything is allocated (413).
 - API keys (``X-API-Key``) are hashed and compared in constant time against the digest of every configured
   key (the gateway holds only digests). A key's principal owns the jobs it creates (its owner id is a digest
