@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -106,10 +107,14 @@ def run_worker(queues: str, concurrency: int | None, hostname: str | None, logle
 def serve(args: argparse.Namespace) -> int:
     settings = get_settings()
     state_dir: Path = (args.state_dir or settings.state_dir).expanduser().resolve()
+    problem = _serve_problem(args, settings, state_dir)
+    if problem is not None:
+        print(f"posenc serve: {problem}", file=sys.stderr)
+        return 2
     env_updates = {"POSENC_STATE_DIR": str(state_dir)}
     if args.host:
         env_updates["POSENC_HOST"] = args.host
-    if args.port:
+    if args.port is not None:
         env_updates["POSENC_PORT"] = str(args.port)
     os.environ.update(env_updates)
     get_settings.cache_clear()
@@ -138,6 +143,27 @@ def serve(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
+
+
+def _serve_problem(args: argparse.Namespace, settings: Settings, state_dir: Path) -> str | None:
+    """Why ``serve`` cannot start with these arguments and settings, in one line, or None.
+
+    The state directory must not be something else; with the embedded Redis (its data and the logs go there) it
+    is created and a file is written in it."""
+    port: int = settings.port if args.port is None else args.port
+    if not 0 < port < 65536:
+        return f"{'POSENC_PORT' if args.port is None else '--port'} {port}: not a port (1-65535)"
+    where = f"{'--state-dir' if args.state_dir else 'state directory (POSENC_STATE_DIR)'} {state_dir}"
+    try:
+        if state_dir.exists() and not state_dir.is_dir():
+            return f"{where}: not a directory"
+        if not settings.redis_url:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=state_dir):
+                pass
+    except OSError as error:
+        return f"{where}: cannot write there ({error.strerror or error})"
+    return None
 
 
 def _run_gateway(settings: Settings, workers: int, log_level: str) -> int:

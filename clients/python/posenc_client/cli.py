@@ -1,6 +1,7 @@
 """``posenc-client``: everyday calls from a shell. Tables for people, ``--json`` for scripts.
 
-Exit status: 0 success; 1 the server answered with an error (its problem detail on stderr); 2 bad usage;
+Exit status: 0 success; 1 the server answered with an error (its problem detail on stderr); 2 bad usage,
+including a file that is not what the command expects and an -o path it cannot write (one line on stderr);
 3 the server could not be reached; 4 a waited-on job failed, was cancelled or is still running at --timeout.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +25,73 @@ EXIT_API_ERROR = 1
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_JOB = 4
+
+_JSON_TYPES = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+class UsageError(Exception):
+    """What the command was given is not what it expects: one line on stderr, exit status 2."""
+
+
+# ------------------------------------------------------------------------------------------- inputs, outputs
+def _json_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object (strict JSON: no NaN or Infinity); else ValueError saying what is wrong."""
+    if not text.strip():
+        raise ValueError("is empty")
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except ValueError as error:  # NaN, Infinity, an integer of too many digits
+        raise ValueError(f"not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object, got {_JSON_TYPES.get(type(value), 'null')}")
+    return value
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _json_object_argument(text: str) -> dict[str, Any]:
+    """argparse ``type=`` for an inline JSON object (``--params``)."""
+    try:
+        return _json_object(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in the file ``path`` (which should hold ``what``), or a UsageError naming the file."""
+    try:
+        return _json_object(path.read_text(encoding="utf-8-sig"))
+    except IsADirectoryError:
+        problem = "is a directory"
+    except UnicodeDecodeError as error:
+        problem = f"not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset {error.start})"
+    except OSError as error:
+        problem = f"cannot read it ({error.strerror or error})"
+    except ValueError as error:
+        problem = str(error)
+    raise UsageError(f"{path}: {problem}; expected {what}")
+
+
+def _output_file(path: Path, artifact: str | None = None) -> Path:
+    """The file ``-o path`` writes (``path/artifact`` when an artifact goes into a directory), checked before
+    anything is requested: not a directory, in a directory that exists and that we may write in."""
+    target = path / artifact if artifact is not None and path.is_dir() else path
+    folder = target.parent
+    if target.is_dir():
+        problem = "is a directory; expected a file path" if target == path else f"{target} is a directory"
+    elif not folder.is_dir():
+        problem = f"{folder} is not a directory" if folder.exists() else f"directory {folder} does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"cannot write in directory {folder}"
+    else:
+        return target
+    raise UsageError(f"-o {path}: {problem}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     bias.add_argument(
         "--bidirectional", action="store_true", help="the non-causal form (the default for --grid, causal for 1D)"
     )
-    bias.add_argument("--params", type=json.loads, default=None, help="method params as a JSON object")
+    bias.add_argument("--params", type=_json_object_argument, default=None, help="method params as a JSON object")
     bias.add_argument("-o", "--output", type=Path, required=True, help="FILE.safetensors or FILE.npy")
     bias.set_defaults(run=_bias)
 
@@ -170,13 +239,12 @@ def _method_notes(method: MethodInfo) -> str:
 
 
 def _bias(client: Client, args: argparse.Namespace) -> int:
-    suffix = args.output.suffix.lower()
-    if suffix not in (".safetensors", ".npy"):
-        print(f"posenc-client: -o must end in .safetensors or .npy, not {args.output.name!r}", file=sys.stderr)
-        return EXIT_USAGE
+    output = _output_file(args.output)
+    if output.suffix.lower() not in (".safetensors", ".npy"):
+        raise UsageError(f"-o must end in .safetensors or .npy, not {output.name!r}")
     path = client.bias.save(
         args.method,
-        args.output,
+        output,
         num_heads=args.heads,
         query_length=args.length,
         grid=args.grid,
@@ -193,7 +261,8 @@ def _bias(client: Client, args: argparse.Namespace) -> int:
 
 
 def _rope_doctor(client: Client, args: argparse.Namespace) -> int:
-    resolved = client.models.resolve(args.config, preset=args.preset)
+    config = None if args.config is None else _read_json_object(args.config, "a model's config.json")
+    resolved = client.models.resolve(config, preset=args.preset)
     if args.json:
         _print_json(resolved.model_dump(mode="json"))
         return 0
@@ -262,7 +331,7 @@ def _rope_presets(client: Client, args: argparse.Namespace) -> int:
 
 
 def _jobs_submit(client: Client, args: argparse.Namespace) -> int:
-    spec = json.loads(args.spec.read_text())
+    spec = _read_json_object(args.spec, "a job spec")
     job = client.jobs.create(args.kind, spec, idempotency_key=args.idempotency_key)
     if args.wait:
         print(f"queued job {job.id}", file=sys.stderr)
@@ -296,7 +365,7 @@ def _jobs_wait(client: Client, args: argparse.Namespace) -> int:
 
 
 def _jobs_artifact(client: Client, args: argparse.Namespace) -> int:
-    path = client.jobs.download_artifact(args.job_id, args.name, args.output)
+    path = client.jobs.download_artifact(args.job_id, args.name, _output_file(args.output, args.name))
     print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
     return 0
 
@@ -377,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ) as client:
             status: int = args.run(client, args)
             return status
+    except UsageError as error:
+        print(f"posenc-client: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except APIStatusError as error:
         print(f"posenc-client: {error}", file=sys.stderr)
         return EXIT_API_ERROR

@@ -11,6 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 import safetensors.numpy
+from posenc_client.cli import main
+
+from posenc.model_presets import PRESETS
 
 pytestmark = pytest.mark.integration
 CLI = str(Path(sys.executable).with_name("posenc-client"))
@@ -107,6 +110,11 @@ def test_jobs_commands(job_stack: str, corpus: Path, tmp_path: Path) -> None:
     artifact = run_cli("jobs", "artifact", job["id"], "table.csv", "-o", str(tmp_path / "t.csv"), url=job_stack)
     assert artifact.returncode == 0, artifact.stderr
     assert (tmp_path / "t.csv").read_text().startswith("method")
+    into = tmp_path / "downloads"
+    into.mkdir()
+    in_directory = run_cli("jobs", "artifact", job["id"], "table.csv", "-o", str(into), url=job_stack)
+    assert in_directory.returncode == 0, in_directory.stderr
+    assert (into / "table.csv").read_text() == (tmp_path / "t.csv").read_text()
 
     unknown = run_cli("jobs", "cancel", "no-such-job", url=job_stack)
     assert unknown.returncode == 1
@@ -120,3 +128,151 @@ def test_jobs_commands(job_stack: str, corpus: Path, tmp_path: Path) -> None:
                      url=job_stack)  # fmt: skip
     assert failed.returncode == 4
     assert "failed" in failed.stderr
+
+
+# ----------------------------------------------------------------------------- files that are not what is expected
+# Port 9 (discard) has no listener here: a command that sent its request would exit 3, not 2.
+UNREACHABLE = "http://127.0.0.1:9"
+# name: (the content, None for a directory, "missing" for no file at all; what the message says about it)
+BAD_FILES: dict[str, tuple[bytes | str | None, str]] = {
+    "binary": (bytes(range(256)), "not UTF-8 text (byte 0x80 at offset 128)"),
+    "empty": (b"", "is empty"),
+    "directory": (None, "is a directory"),
+    "missing": ("missing", "cannot read it (No such file or directory)"),
+    "invalid-utf8": (b'{"model_type": "\xff"}', "not UTF-8 text (byte 0xff at offset 16)"),
+    "list": (b"[1, 2]", "not a JSON object, got a list"),
+    "number": (b"3", "not a JSON object, got a number"),
+    "null": (b"null", "not a JSON object, got null"),
+    "nan": (b'{"rope_theta": NaN}', "not valid JSON (NaN is not a JSON value)"),
+    "truncated": (b'{"model_type": ', "not valid JSON (Expecting value at line 1 column 16)"),
+}
+# the commands that read a JSON object from a file: (the arguments before and after the path, what the file is)
+FILE_COMMANDS: dict[str, tuple[list[str], list[str], str]] = {
+    "rope doctor": (["rope", "doctor"], [], "a model's config.json"),
+    "jobs submit": (["jobs", "submit"], ["--kind", "train"], "a job spec"),
+}
+
+
+def bad_file(tmp_path: Path, name: str) -> Path:
+    content, _ = BAD_FILES[name]
+    path = tmp_path / f"{name}.json"
+    if content is None:
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    return path
+
+
+def one_line(stderr: str) -> str:
+    """The only line of ``stderr``: the CLI's own message, not a traceback."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("posenc-client: "), stderr
+    assert lines[0].removeprefix("posenc-client: ").strip(), stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", list(FILE_COMMANDS))
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_a_file_that_is_not_a_json_object_is_one_line_and_exit_2(
+    compute_gateway: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, name: str
+) -> None:
+    before, after, what = FILE_COMMANDS[command]
+    path = bad_file(tmp_path, name)
+    status = main(["--base-url", compute_gateway.url, "--max-retries", "0", *before, str(path), *after])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert one_line(captured.err) == f"posenc-client: {path}: {BAD_FILES[name][1]}; expected {what}"
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("command", list(FILE_COMMANDS))
+def test_a_binary_file_is_one_line_in_a_real_process(compute_gateway: Any, tmp_path: Path, command: str) -> None:
+    before, after, what = FILE_COMMANDS[command]
+    path = bad_file(tmp_path, "binary")
+    ran = run_cli(*before, str(path), *after, url=compute_gateway.url)
+    assert ran.returncode == 2
+    assert one_line(ran.stderr) == f"posenc-client: {path}: {BAD_FILES['binary'][1]}; expected {what}"
+
+
+def test_a_config_with_a_byte_order_mark_is_read(compute_gateway: Any, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(PRESETS["llama-3.1-8b"]).encode())
+    ran = run_cli("rope", "doctor", str(path), "--json", url=compute_gateway.url)
+    assert ran.returncode == 0, ran.stderr
+    assert {layer["method"] for layer in json.loads(ran.stdout)["layers"]} == {"rope_llama3"}
+
+
+BIAS = ["bias", "alibi", "--heads", "2", "--length", "4"]
+
+
+def test_bias_output_is_checked_before_the_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "folder.npy").mkdir()
+    (tmp_path / "a-file").write_bytes(bytes(range(256)))
+    cases = {
+        str(tmp_path): f"-o {tmp_path}: is a directory; expected a file path",
+        str(tmp_path / "folder.npy"): f"-o {tmp_path / 'folder.npy'}: is a directory; expected a file path",
+        str(tmp_path / "no-such" / "b.npy"): f"-o {tmp_path / 'no-such' / 'b.npy'}: directory "
+        f"{tmp_path / 'no-such'} does not exist",
+        str(tmp_path / "a-file" / "b.npy"): f"-o {tmp_path / 'a-file' / 'b.npy'}: {tmp_path / 'a-file'} is not a "
+        "directory",
+        str(tmp_path / "b.txt"): "-o must end in .safetensors or .npy, not 'b.txt'",
+    }
+    for output, message in cases.items():
+        assert main(["--base-url", UNREACHABLE, "--max-retries", "0", *BIAS, "-o", output]) == 2, output
+        assert one_line(capsys.readouterr().err) == f"posenc-client: {message}"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file", "folder.npy"]
+
+    ran = run_cli(*BIAS, "-o", str(tmp_path), url=UNREACHABLE)
+    assert ran.returncode == 2
+    assert one_line(ran.stderr) == f"posenc-client: -o {tmp_path}: is a directory; expected a file path"
+
+
+def test_bias_replaces_an_existing_binary_or_empty_file(compute_gateway: Any, tmp_path: Path) -> None:
+    for name, content in [("binary.npy", bytes(range(256))), ("empty.npy", b"")]:
+        (tmp_path / name).write_bytes(content)
+        ran = run_cli(*BIAS, "-o", str(tmp_path / name), url=compute_gateway.url)
+        assert ran.returncode == 0, ran.stderr
+        assert np.load(tmp_path / name).shape == (2, 4, 4)
+
+
+def test_artifact_output_is_checked_before_the_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "t.csv").mkdir()  # -o DIR puts the artifact in DIR, where a directory of its name is in the way
+    (tmp_path / "a-file").write_bytes(b"")
+    cases = {
+        str(tmp_path): f"-o {tmp_path}: {tmp_path / 't.csv'} is a directory",
+        str(tmp_path / "no-such" / "t.csv"): f"-o {tmp_path / 'no-such' / 't.csv'}: directory "
+        f"{tmp_path / 'no-such'} does not exist",
+        str(tmp_path / "a-file" / "t.csv"): f"-o {tmp_path / 'a-file' / 't.csv'}: {tmp_path / 'a-file'} is not a "
+        "directory",
+    }
+    for output, message in cases.items():
+        argv = ["--base-url", UNREACHABLE, "--max-retries", "0", "jobs", "artifact", "some-job", "t.csv", "-o", output]
+        assert main(argv) == 2, output
+        assert one_line(capsys.readouterr().err) == f"posenc-client: {message}"
+
+    ran = run_cli("jobs", "artifact", "some-job", "t.csv", "-o", str(tmp_path / "no-such" / "t.csv"), url=UNREACHABLE)
+    assert ran.returncode == 2
+    assert "does not exist" in one_line(ran.stderr)
+    # A path that can be written is requested: the unreachable server is then exit 3.
+    reached = run_cli("jobs", "artifact", "some-job", "t.csv", "-o", str(tmp_path / "new.csv"), url=UNREACHABLE)
+    assert reached.returncode == 3, reached.stderr
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ("[1, 2]", "not a JSON object, got a list"),
+        ('"max_bias"', "not a JSON object, got a string"),
+        ("4", "not a JSON object, got a number"),
+        ('{"max_bias": NaN}', "not valid JSON (NaN is not a JSON value)"),
+        ("{max_bias: 4}", "not valid JSON (Expecting property name enclosed in double quotes at line 1 column 2)"),
+        ("", "is empty"),
+    ],
+)
+def test_bias_params_must_be_a_json_object(tmp_path: Path, params: str, message: str) -> None:
+    ran = run_cli(*BIAS, "--params", params, "-o", str(tmp_path / "b.npy"), url=UNREACHABLE)
+    assert ran.returncode == 2
+    assert "Traceback" not in ran.stderr
+    assert ran.stderr.splitlines()[-1] == f"posenc-client bias: error: argument --params: {message}"
