@@ -33,15 +33,51 @@ class InvalidInput(ValueError):
         return InvalidInput((*prefix, *self.loc), self.msg)
 
 
-class BudgetExceeded(ValueError):
-    """The requested output or input is larger than the configured budget (the gateway answers 413)."""
+class ContiguousPositionsRequired(InvalidInput):
+    """A method that reads positions only as token order (a relative shift, a running sum over the tokens) was
+    given positions that are not ``arange``: the dry run of a long job (``Applier.dry_run``) then checks it on a
+    short contiguous sequence instead, since such a method has no table a length could outrun."""
 
-    def __init__(self, what: str, size: int, limit: int, hint: str) -> None:
-        super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes; {hint}")
+
+class BudgetExceeded(ValueError):
+    """A request (or a job) larger than a configured budget (the gateway answers 413).
+
+    ``what`` says what was measured ("the memory this request needs (outputs and workspace)"), ``size`` and
+    ``limit`` are in ``unit`` (bytes, elements, work units), ``setting`` names the budget's setting, ``fields`` the
+    request fields that drive the size (relative locs, like ``InvalidInput``'s), ``hint`` how to get under it.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        size: int,
+        limit: int,
+        hint: str,
+        *,
+        unit: str = "bytes",
+        setting: str | None = None,
+        fields: Iterable[Loc] = (),
+    ) -> None:
+        where = f" ({setting})" if setting else ""
+        super().__init__(f"{what} is {size} {unit}, over the limit of {limit} {unit}{where}; {hint}")
         self.what = what
         self.size = size
         self.limit = limit
         self.hint = hint
+        self.unit = unit
+        self.setting = setting
+        self.fields: tuple[Loc, ...] = tuple(fields)
+
+    def prefixed(self, prefix: Loc) -> BudgetExceeded:
+        return BudgetExceeded(
+            self.what,
+            self.size,
+            self.limit,
+            self.hint,
+            unit=self.unit,
+            setting=self.setting,
+            fields=[(*prefix, *loc) for loc in self.fields],
+        )
 
 
 class FieldErrors(ValueError):
@@ -78,6 +114,8 @@ def located(prefix: Loc) -> Iterator[None]:
     except InvalidInput as exc:
         raise exc.prefixed(prefix) from None
     except FieldErrors as exc:
+        raise exc.prefixed(prefix) from None
+    except BudgetExceeded as exc:
         raise exc.prefixed(prefix) from None
 
 

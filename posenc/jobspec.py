@@ -145,15 +145,17 @@ def graph_tokens(spec: JobSpec, num_nodes: int) -> int:
     return num_nodes + int(spec.model.cls_token)
 
 
-def model_sequence_lengths(spec: JobSpec) -> list[int]:
-    """The longest sequence the model sees at each evaluation length (tokens)."""
+def model_sequence_lengths(spec: JobSpec, sizes: Sequence[int] | None = None) -> list[int]:
+    """The longest sequence the model sees (tokens) at each evaluation size (default ``eval_lengths``): a task
+    size's longest instance, a resolution's or a graph's tokens, or the text length itself."""
+    sizes = eval_lengths(spec) if sizes is None else sizes
     if spec.data.image_size is not None:
-        return [image_tokens(spec, resolution) for resolution in eval_lengths(spec)]
+        return [image_tokens(spec, resolution) for resolution in sizes]
     if spec.data.num_nodes is not None:
-        return [graph_tokens(spec, nodes) for nodes in eval_lengths(spec)]
+        return [graph_tokens(spec, nodes) for nodes in sizes]
     if spec.data.sequence_task is None:
-        return eval_lengths(spec)
-    return [task_sequence_length(spec.data.sequence_task, size) for size in eval_lengths(spec)]
+        return list(sizes)
+    return [task_sequence_length(spec.data.sequence_task, size) for size in sizes]
 
 
 # --------------------------------------------------------------------------------------------- validation
@@ -341,25 +343,58 @@ def _dry_run_tokens(applier: Applier, pos: torch.Tensor, dim: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- cost
-def job_cost(create: JobCreate) -> int:
-    """The work a job asks for, in tokens the model processes, capped by the gateway (``max_job_cost``, 413).
+OUTPUT_CLASSES_BOUND = 256  # output classes per token the estimate assumes (characters, task symbols, labels)
 
-    Per (method, seed) run: train steps x batch_size x train length (image tasks: the ViT's tokens at the
-    training resolution), plus the tokens its evaluation reads
-    (:func:`eval_tokens`; a train job evaluates at its training length only). An extrapolate job from a
-    checkpoint trains nothing and evaluates one model. Attention's quadratic term is left out: this is a proxy
-    that grows with every knob a caller turns, not a time estimate. A compute job counts 1: its size is capped
-    by ``max_job_output_bytes`` instead."""
+
+def model_macs_per_token(spec: JobSpec, length: int) -> int:
+    """Multiply-adds of one token's forward pass through the job's model in a sequence of ``length`` tokens:
+    every layer's weights (attention 4·D², feed-forward 2·m·D²) and its attention over the sequence (2·length·D:
+    q·k and the weighted sum of v), the output head (at most ``OUTPUT_CLASSES_BOUND``·D) and, for images, the
+    patch embedding (3·p²·D)."""
+    dim, layers, mult = spec.model.dim, spec.model.layers, spec.model.ffn_mult
+    per_token = layers * ((4 + 2 * mult) * dim * dim + 2 * length * dim) + OUTPUT_CLASSES_BOUND * dim
+    if spec.data.image_size is not None:
+        per_token += 3 * image_patch(spec) ** 2 * dim
+    return per_token
+
+
+def job_cost(create: JobCreate) -> int:
+    """The work a job asks for, in multiply-adds, capped by the gateway (``max_job_cost``, 413) before anything
+    else is done: it is arithmetic on the spec.
+
+    Per (method, seed) run: training is 3 forward passes' worth (forward and backward) of every token it reads,
+    train steps x batch_size x the training sequence, each ``model_macs_per_token`` at the training length;
+    evaluation is one forward pass of every token it reads at each evaluation size (:func:`eval_tokens`, a train
+    job at its training size only). So the cap covers methods x seeds x steps x tokens, evaluation sizes x
+    samples, and the model's size (width, depth, feed-forward) together. An extrapolate job from a checkpoint
+    trains nothing and evaluates one model. A compute job counts 1: its size is capped by
+    ``max_job_output_bytes`` instead."""
     if not isinstance(create.spec, JobSpec):
         return 1
     spec = create.spec
+    sizes = [in_distribution_length(spec)] if create.kind == "train" else eval_lengths(spec)
+    evaluation = sum(
+        eval_tokens(spec, size) * model_macs_per_token(spec, length)
+        for size, length in zip(sizes, model_sequence_lengths(spec, sizes), strict=True)
+    )
     if create.kind == "extrapolate" and spec.checkpoint is not None:
-        return sum(eval_tokens(spec, length) for length in eval_lengths(spec))
-    runs = len(spec.methods) * len(spec.seeds)
+        return evaluation
     length = model_sequence_length(spec)
-    train = spec.train.steps * spec.train.batch_size * length
-    lengths = [in_distribution_length(spec)] if create.kind == "train" else eval_lengths(spec)
-    return runs * (train + sum(eval_tokens(spec, length) for length in lengths))
+    training = 3 * spec.train.steps * spec.train.batch_size * length * model_macs_per_token(spec, length)
+    return len(spec.methods) * len(spec.seeds) * (training + evaluation)
+
+
+def job_tokens(create: JobCreate) -> int:
+    """The tokens a job's models read, training and evaluation together (see :func:`job_cost`)."""
+    if not isinstance(create.spec, JobSpec):
+        return 0
+    spec = create.spec
+    sizes = [in_distribution_length(spec)] if create.kind == "train" else eval_lengths(spec)
+    evaluation = sum(eval_tokens(spec, size) for size in sizes)
+    if create.kind == "extrapolate" and spec.checkpoint is not None:
+        return evaluation
+    training = spec.train.steps * spec.train.batch_size * model_sequence_length(spec)
+    return len(spec.methods) * len(spec.seeds) * (training + evaluation)
 
 
 def model_sequence_length(spec: JobSpec) -> int:

@@ -34,7 +34,15 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from posenc.errors import InvalidInput, located
+from posenc.config_fields import (
+    MAX_HEAD_DIM,
+    DiffusersFields,
+    RopeFields,
+    TextFields,
+    check_json_value,
+    read,
+)
+from posenc.errors import InvalidInput, Loc, located
 from posenc.pe import RotaryContext, RotaryFrequencies, get_method
 
 DEFAULT_THETA = 10000.0  # what Hugging Face and vLLM assume when a config names no rope_theta
@@ -134,21 +142,10 @@ class ResolvedConfig:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _int(config: Mapping[str, Any], key: str, *, required: bool = True) -> int | None:
-    value = config.get(key)
+def _required(value: int | None, key: str) -> int:
     if value is None:
-        if required:
-            raise InvalidInput((key,), "is required to resolve the rotary setup")
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput((key,), f"must be a positive integer, got {value!r}")
+        raise InvalidInput((key,), "is required to resolve the rotary setup")
     return value
-
-
-def _number(value: Any, loc: tuple[str | int, ...]) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(loc, f"must be a finite number, got {value!r}")
-    return float(value)
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -173,53 +170,46 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return nested
 
 
-def _layer_types(text: Mapping[str, Any], layers: int) -> list[str]:
-    declared = text.get("layer_types")
-    if declared is not None:
-        if not isinstance(declared, list) or len(declared) != layers or not all(isinstance(t, str) for t in declared):
+def _layer_types(text: TextFields, layers: int) -> list[str]:
+    if text.layer_types is not None:
+        if len(text.layer_types) != layers:
             raise InvalidInput(("layer_types",), f"must list one attention type per layer ({layers})")
-        return list(declared)
-    pattern = text.get("sliding_window_pattern")
-    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 and text.get("sliding_window"):
+        return list(text.layer_types)
+    pattern = text.sliding_window_pattern
+    if pattern is not None and text.sliding_window:
         return [FULL if (index + 1) % pattern == 0 else SLIDING for index in range(layers)]
-    if text.get("attention_chunk_size"):
+    if text.attention_chunk_size:
         return [CHUNKED] * layers
     return [FULL] * layers
 
 
-def _rope_layers(text: Mapping[str, Any], layers: int) -> list[bool]:
+def _rope_layers(text: TextFields, layers: int) -> list[bool]:
     """Which layers rotate: ``no_rope_layers`` (1 = RoPE), else ``no_rope_layer_interval``, else all."""
-    listed = text.get("no_rope_layers")
-    if isinstance(listed, list) and listed:
-        if len(listed) != layers or not all(value in (0, 1) for value in listed):
+    if text.no_rope_layers:
+        if len(text.no_rope_layers) != layers:
             raise InvalidInput(("no_rope_layers",), f"must hold one 0 (NoPE) or 1 (RoPE) per layer ({layers})")
-        return [bool(value) for value in listed]
-    interval = text.get("no_rope_layer_interval")
-    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        return [bool(value) for value in text.no_rope_layers]
+    interval = text.no_rope_layer_interval
+    if interval is not None:
         return [(index + 1) % interval != 0 for index in range(layers)]
     return [True] * layers
 
 
-def _rotary_dims(
-    text: Mapping[str, Any], head_dim: int, rope: Mapping[str, Any]
-) -> tuple[int, int, list[ConfigWarning]]:
+def _rotary_dims(text: TextFields, head_dim: int, rope: RopeFields) -> tuple[int, int, list[ConfigWarning]]:
     """(rotary_dim, start of the rotated slice, warnings) from the partial-rotation keys."""
     warnings: list[ConfigWarning] = []
-    mla = _int(text, "qk_rope_head_dim", required=False)
-    if mla is not None:
-        nope = _int(text, "qk_nope_head_dim", required=False) or 0
-        return mla, nope, warnings
+    if text.qk_rope_head_dim is not None:
+        return text.qk_rope_head_dim, text.qk_nope_head_dim or 0, warnings
     spellings: dict[str, int] = {}
-    top = text.get("partial_rotary_factor")
-    inner = rope.get("partial_rotary_factor")
+    top, inner = text.partial_rotary_factor, rope.partial_rotary_factor
     if inner is not None:
-        spellings["rope_parameters.partial_rotary_factor"] = int(head_dim * _number(inner, ("partial_rotary_factor",)))
+        spellings["rope_parameters.partial_rotary_factor"] = int(head_dim * inner)
     if top is not None:
-        spellings["partial_rotary_factor"] = int(head_dim * _number(top, ("partial_rotary_factor",)))
-    if text.get("rotary_pct") is not None:
-        spellings["rotary_pct"] = int(head_dim * _number(text["rotary_pct"], ("rotary_pct",)))
-    if text.get("rotary_dim") is not None:
-        spellings["rotary_dim"] = _int(text, "rotary_dim") or head_dim
+        spellings["partial_rotary_factor"] = int(head_dim * top)
+    if text.rotary_pct is not None:
+        spellings["rotary_pct"] = int(head_dim * text.rotary_pct)
+    if text.rotary_dim is not None:
+        spellings["rotary_dim"] = text.rotary_dim
     if top is not None and inner is not None and top != inner:
         warnings.append(
             ConfigWarning(
@@ -244,42 +234,53 @@ def _rotary_dims(
     if rotary_dim % 2:
         rotary_dim += 1  # Hugging Face rounds an odd partial rotary dim up (inv_freq over arange(0, dim, 2))
     if not 2 <= rotary_dim <= head_dim:
-        raise InvalidInput(("partial_rotary_factor",), f"gives {rotary_dim} rotated features of a {head_dim}-dim head")
+        key = next(iter(spellings), "head_dim").removeprefix("rope_parameters.")
+        raise InvalidInput((key,), f"gives {rotary_dim} rotated features of a {head_dim}-dim head")
     return rotary_dim, 0, warnings
 
 
+@dataclass(frozen=True)
+class _Block:
+    """One layer type's rope dict, typed, and where it sits in the config (for errors)."""
+
+    fields: RopeFields
+    loc: Loc
+    theta_loc: Loc | None = None  # where its rope_theta was read, when not in the dict itself
+
+
 def _rope_blocks(
-    text: Mapping[str, Any], types: Sequence[str], warnings: list[ConfigWarning]
-) -> tuple[dict[str, Mapping[str, Any] | None], bool, str]:
-    """The rope dict of each layer type, whether the config gave one per layer type, and the key it came from."""
-    source = "rope_parameters" if text.get("rope_parameters") is not None else "rope_scaling"
-    given = text.get(source)
-    if given is not None and not isinstance(given, Mapping):
-        raise InvalidInput((source,), "must be an object")
-    given = given or {}
+    text: TextFields, types: Sequence[str], warnings: list[ConfigWarning]
+) -> tuple[dict[str, _Block | None], bool]:
+    """The rope dict of each layer type, and whether the config gave one per layer type."""
+    source = "rope_parameters" if text.rope_parameters is not None else "rope_scaling"
+    given: Mapping[str, Any] = getattr(text, source) or {}
     present = sorted(set(types))
     nested = bool(given) and all(key in present or key in (FULL, SLIDING, CHUNKED) for key in given)
-    top_theta = text.get("rope_theta")
-    blocks: dict[str, Mapping[str, Any] | None] = {}
+    top_theta = text.rope_theta
+    blocks: dict[str, _Block | None] = {}
     if nested:
         for layer_type in present:
             if layer_type not in given:
                 raise InvalidInput((source, layer_type), f"gives no rope parameters for the layer type {layer_type!r}")
             block = given[layer_type]
-            if block is not None and not isinstance(block, Mapping):
+            if block is None:
+                blocks[layer_type] = None
+                continue
+            if not isinstance(block, Mapping):
                 raise InvalidInput((source, layer_type), "must be an object, or null for a NoPE layer type")
-            blocks[layer_type] = block
+            blocks[layer_type] = _Block(read(RopeFields, block, (source, layer_type)), (source, layer_type))
     else:
-        for layer_type in present:
-            blocks[layer_type] = given
-    local_theta = text.get("rope_local_base_freq")
+        flat = _Block(read(RopeFields, given, (source,)), (source,))
+        blocks = dict.fromkeys(present, flat)
+    local_theta = text.rope_local_base_freq
     if not nested and local_theta is not None and SLIDING in present and source == "rope_scaling":
         # Gemma 3 (v4): sliding layers use their own θ, unscaled; rope_scaling is the global layers'
-        blocks[SLIDING] = {"rope_type": "default", "rope_theta": local_theta}
+        local = RopeFields(rope_type="default", rope_theta=local_theta)
+        blocks[SLIDING] = _Block(local, (source,), theta_loc=("rope_local_base_freq",))
     for layer_type, block in blocks.items():
         if block is None:
             continue
-        theta = block.get("rope_theta")
+        theta = block.fields.rope_theta
         if source == "rope_parameters" and theta is None and top_theta is not None:
             warnings.append(
                 ConfigWarning(
@@ -302,160 +303,209 @@ def _rope_blocks(
                     {"layer_type": layer_type, "rope_parameters": theta, "top_level": top_theta},
                 )
             )
-    return blocks, nested, source
+    return blocks, nested
 
 
-def _method_params(
-    block: Mapping[str, Any], text: Mapping[str, Any], loc: tuple[str | int, ...]
-) -> tuple[str, dict[str, Any], list[int] | None]:
-    """(method, params, mrope_section) of one rope dict."""
-    rope_type = block.get("rope_type", block.get("type", "default"))
+@dataclass(frozen=True)
+class _Method:
+    """What one rope dict resolves to: the method, its params (in the method's names) and the config key each
+    param was read from, and the M-RoPE sections."""
+
+    name: str
+    params: dict[str, Any]
+    origins: dict[str, Loc]
+    section: list[int] | None
+
+
+def _method_params(block: _Block, text: TextFields) -> _Method:
+    """The method and params of one rope dict; each param remembers the config key it came from."""
+    rope, loc = block.fields, block.loc
+    rope_type = rope.kind
     if rope_type not in ROPE_TYPE_METHODS:
+        key = "rope_type" if rope.rope_type is not None else "type"
         raise InvalidInput(
-            (*loc, "rope_type"),
-            f"{rope_type!r} is not a rope type posenc resolves; known: {sorted(ROPE_TYPE_METHODS)}",
+            (*loc, key), f"{rope_type!r} is not a rope type posenc resolves; known: {sorted(ROPE_TYPE_METHODS)}"
         )
     method = ROPE_TYPE_METHODS[rope_type]
-    theta = block.get("rope_theta", text.get("rope_theta", DEFAULT_THETA))
-    params: dict[str, Any] = {"base": _number(theta, (*loc, "rope_theta"))}
-    max_positions = text.get("max_position_embeddings")
+    if rope.rope_theta is not None:
+        theta, theta_loc = rope.rope_theta, block.theta_loc or (*loc, "rope_theta")
+    elif text.rope_theta is not None:
+        theta, theta_loc = text.rope_theta, ("rope_theta",)
+    else:
+        theta, theta_loc = DEFAULT_THETA, loc
+    params: dict[str, Any] = {"base": theta}
+    origins: dict[str, Loc] = {"base": theta_loc}
+    max_positions = text.max_position_embeddings
     for key in METHOD_KEYS[method]:
-        value = block.get(key)
+        value, origin = rope.given(key), (*loc, key)
         if key == "original_max_position_embeddings":
             # Phi-3 keeps it at the top level, and it wins there (as in transformers); else the model's length
-            value = text.get(key) if text.get(key) is not None else value
-            value = value if value is not None else max_positions
+            if text.original_max_position_embeddings is not None:
+                value, origin = text.original_max_position_embeddings, ("original_max_position_embeddings",)
+            elif value is None:
+                value, origin = max_positions, ("max_position_embeddings",)
         if key == "max_position_embeddings":
-            value = max_positions
+            value, origin = max_positions, ("max_position_embeddings",)
         if value is not None:
-            params[key] = value
+            params[key] = list(value) if isinstance(value, list) else value
+            origins[key] = origin
     if method == "rope_longrope" and "max_position_embeddings" in params:
         params.setdefault("original_max_position_embeddings", params["max_position_embeddings"])
-    section = block.get("mrope_section")
-    if section is not None:
-        if not isinstance(section, list) or len(section) != 3 or not all(isinstance(s, int) for s in section):
-            raise InvalidInput((*loc, "mrope_section"), "must be three integers (pairs per t, h, w section)")
-        if method == "rope":  # M-RoPE: the same frequencies, each pair turned by t, h or w
-            method = "mrope"
-            params["mrope_section"] = list(section)
-            params["layout"] = "interleaved" if block.get("mrope_interleaved") else "chunked"
-    return method, params, section
+        origins.setdefault("original_max_position_embeddings", ("max_position_embeddings",))
+    section = rope.mrope_section
+    if section is not None and method == "rope":  # M-RoPE: the same frequencies, each pair turned by t, h or w
+        method = "mrope"
+        params["mrope_section"] = list(section)
+        params["layout"] = "interleaved" if rope.mrope_interleaved else "chunked"
+        origins["mrope_section"] = (*loc, "mrope_section")
+    return _Method(method, params, origins, None if section is None else list(section))
+
+
+def _frequencies(method: str, params: Mapping[str, Any], rotary_dim: int, seq_len: int = 1) -> RotaryFrequencies:
+    spec = get_method(method)
+    try:
+        parsed = spec.parse_params(dict(params))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InvalidInput(("params", *first["loc"]), first["msg"]) from None
+    frequencies: RotaryFrequencies = spec.fn(parsed, RotaryContext(rotary_dim=rotary_dim, seq_len=seq_len))
+    return frequencies
+
+
+def _attention_scale(method: _Method, rotary_dim: int) -> float:
+    """The factor on cos and sin as the method computes it; a param the method refuses is reported at the config
+    key it was read from."""
+    try:
+        return float(_frequencies(method.name, method.params, rotary_dim).attention_scale)
+    except InvalidInput as exc:
+        param = exc.loc[1] if len(exc.loc) > 1 and exc.loc[0] == "params" else None
+        where = method.origins.get(str(param)) if param is not None else None
+        raise InvalidInput(where or exc.loc, exc.msg) from None
 
 
 def layer_frequencies(layer: LayerRope, seq_len: int = 1) -> RotaryFrequencies:
     """The layer's rotary frequencies from its registered method (float64), at a sequence of ``seq_len``."""
     if layer.method is None:
         raise InvalidInput(("layer",), f"layer {layer.layer} is a NoPE layer: it has no rotation")
-    spec = get_method(layer.method)
-    try:
-        params = spec.parse_params(dict(layer.params))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InvalidInput(("params", *first["loc"]), first["msg"]) from None
-    frequencies: RotaryFrequencies = spec.fn(params, RotaryContext(rotary_dim=layer.rotary_dim, seq_len=seq_len))
-    return frequencies
+    return _frequencies(layer.method, layer.params, layer.rotary_dim, seq_len)
 
 
 # ---------------------------------------------------------------------------------------------- resolve
 def resolve_config(config: Mapping[str, Any]) -> ResolvedConfig:
     """One ``LayerRope`` per layer of the model ``config`` describes, and the warnings its patterns raise.
-    Errors are ``InvalidInput`` located in the config (the text config's keys for a nested one)."""
+
+    The config is read as data first (``posenc.config_fields``): every key the resolver uses is typed and
+    bounded, so errors are ``InvalidInput`` / ``FieldErrors`` located at the key the user sent, inside the config
+    (``text_config.rope_theta`` for a nested one)."""
     if not isinstance(config, Mapping):
         raise InvalidInput((), "must be a model config object (config.json)")
-    if config.get("_class_name") in DIFFUSERS_TRANSFORMERS:
-        return _resolve_diffusers(config)
-    text = text_config(config)
-    with located(("text_config",) if text is not config else ()):
-        return _resolve_text(config, text)
+    check_json_value(config)
+    class_name = config.get("_class_name")
+    if isinstance(class_name, str) and class_name in DIFFUSERS_TRANSFORMERS:
+        return _resolve_diffusers(read(DiffusersFields, config))
+    top = read(TextFields, config)
+    nested = config.get("text_config")
+    if nested is None:
+        return _resolve_text(top, top)
+    if not isinstance(nested, Mapping):
+        raise InvalidInput(("text_config",), "must be an object (the text model's config)")
+    text = read(TextFields, nested, ("text_config",))
+    with located(("text_config",)):
+        return _resolve_text(top, text)
 
 
-def _resolve_text(config: Mapping[str, Any], text: Mapping[str, Any]) -> ResolvedConfig:
-    model_type = text.get("model_type", config.get("model_type"))
-    heads = _int(text, "num_attention_heads")
-    assert heads is not None
-    layers = _int(text, "num_hidden_layers")
-    assert layers is not None
-    hidden = _int(text, "hidden_size", required=text.get("head_dim") is None)
-    head_dim = _int(text, "head_dim", required=False) or (hidden or 0) // heads
-    mla_rope = _int(text, "qk_rope_head_dim", required=False)
+def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
+    model_type = text.model_type if text.model_type is not None else top.model_type
+    heads = _required(text.num_attention_heads, "num_attention_heads")
+    layers = _required(text.num_hidden_layers, "num_hidden_layers")
+    if text.head_dim is not None:
+        head_dim = text.head_dim
+    else:
+        head_dim = _required(text.hidden_size, "hidden_size") // heads
+        if not 1 <= head_dim <= MAX_HEAD_DIM:
+            raise InvalidInput(
+                ("hidden_size",),
+                f"hidden_size / num_attention_heads = {head_dim} features per head; must be 1 ... {MAX_HEAD_DIM}",
+            )
+    mla_rope = text.qk_rope_head_dim
     if mla_rope is not None:
-        head_dim = (_int(text, "qk_nope_head_dim", required=False) or 0) + mla_rope
+        head_dim = (text.qk_nope_head_dim or 0) + mla_rope
+        if head_dim > MAX_HEAD_DIM:
+            raise InvalidInput(("qk_nope_head_dim",), f"qk_nope_head_dim + qk_rope_head_dim must be <= {MAX_HEAD_DIM}")
     warnings: list[ConfigWarning] = []
     types = _layer_types(text, layers)
     rotating = _rope_layers(text, layers)
-    blocks, nested, source = _rope_blocks(text, types, warnings)
-    interleave = text.get("rope_interleave", model_type in INTERLEAVED_MODEL_TYPES)
-    pairing = "interleaved" if interleave or text.get("is_neox_style") is False else "half"
-    window = _int(text, "sliding_window", required=False)
-    chunk = _int(text, "attention_chunk_size", required=False)
-    pre_attn = text.get("query_pre_attn_scalar")
+    blocks, nested = _rope_blocks(text, types, warnings)
+    interleave = text.rope_interleave if text.rope_interleave is not None else model_type in INTERLEAVED_MODEL_TYPES
+    pairing = "interleaved" if interleave or text.is_neox_style is False else "half"
+    window, chunk = text.sliding_window, text.attention_chunk_size
     temperature = None
-    if text.get("attn_temperature_tuning"):
+    if text.attn_temperature_tuning:
         temperature = {
-            "floor_scale": text.get("floor_scale", 8192),
-            "attn_scale": text.get("attn_scale", 0.1),
+            "floor_scale": text.floor_scale if text.floor_scale is not None else 8192.0,
+            "attn_scale": text.attn_scale if text.attn_scale is not None else 0.1,
             "formula": "q · (log(floor((n + 1) / floor_scale) + 1) · attn_scale + 1)",
             "applies_to": "NoPE layers",
         }
-    resolved: list[LayerRope] = []
-    methods_by_type: dict[str, tuple[str, dict[str, Any], list[int] | None]] = {}
-    for layer_type, block in blocks.items():
-        if block is not None:
-            loc: tuple[str | int, ...] = (source, layer_type) if nested else (source,)
-            methods_by_type[layer_type] = _method_params(block, text, loc)
-    for index, layer_type in enumerate(types):
+    softmax_scale, scale_source = head_dim**-0.5, "head_dim ** -0.5"
+    if text.query_pre_attn_scalar is not None:
+        softmax_scale, scale_source = text.query_pre_attn_scalar**-0.5, "query_pre_attn_scalar ** -0.5"
+    methods = {layer_type: _method_params(block, text) for layer_type, block in blocks.items() if block is not None}
+    # one rotation per layer type: its rotated width, method, params and attention scale, computed once
+    setups: dict[str, tuple[int, int, _Method, float]] = {}
+    for layer_type, method in methods.items():
         block = blocks[layer_type]
-        rope = block is not None and rotating[index]
-        if layer_type == CHUNKED and not rotating[index] and "layer_types" not in text:
+        assert block is not None
+        rotary_dim, start, dim_warnings = _rotary_dims(text, head_dim, block.fields)
+        warnings.extend(w for w in dim_warnings if w not in warnings)
+        if method.name == "mrope" and method.section is not None and 2 * sum(method.section) != rotary_dim:
+            # sections that do not cover the rotated pairs cannot be applied: resolved as 1D RoPE (what text
+            # positions, t = h = w, give anyway), and warned about (mrope_section_mismatch)
+            method = replace(method, name="rope", params={"base": method.params["base"]})
+        setups[layer_type] = (rotary_dim, start, method, _attention_scale(method, rotary_dim))
+    resolved: list[LayerRope] = []
+    for index, layer_type in enumerate(types):
+        rope = blocks[layer_type] is not None and rotating[index]
+        setup = setups.get(layer_type)
+        if layer_type == CHUNKED and not rotating[index] and text.layer_types is None:
             layer_type = FULL  # Llama 4: the NoPE layers attend globally, the RoPE layers in chunks
-        if rope:
-            assert block is not None
-            method, params, section = methods_by_type[layer_type]
-            rotary_dim, start, dim_warnings = _rotary_dims(text, head_dim, block)
-            warnings.extend(w for w in dim_warnings if w not in warnings)
-            if method == "mrope" and section is not None and 2 * sum(section) != rotary_dim:
-                # sections that do not cover the rotated pairs cannot be applied: resolved as 1D RoPE (what text
-                # positions, t = h = w, give anyway), and warned about (mrope_section_mismatch)
-                method, params = "rope", {"base": params["base"]}
+        layer_scale, layer_source = softmax_scale, scale_source
+        if rope and setup is not None:
+            rotary_dim, start, method, attention_scale = setup
+            name, params, section = method.name, dict(method.params), method.section
+            if mla_rope is not None and name == "rope_yarn" and params.get("mscale_all_dim"):
+                mscale = yarn_mscale(float(params["factor"]), float(params["mscale_all_dim"]))
+                layer_scale *= mscale * mscale
+                layer_source = "(qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * mscale(factor, mscale_all_dim) ** 2"
         else:
-            method, params, section, rotary_dim, start = None, {}, None, 0, 0
-        softmax_scale, scale_source = head_dim**-0.5, "head_dim ** -0.5"
-        if pre_attn is not None:
-            softmax_scale, scale_source = (
-                _number(pre_attn, ("query_pre_attn_scalar",)) ** -0.5,
-                ("query_pre_attn_scalar ** -0.5"),
+            name, params, section, rotary_dim, start, attention_scale = None, {}, None, 0, 0, 1.0
+            rope = False
+        resolved.append(
+            LayerRope(
+                layer=index,
+                layer_type=layer_type,
+                method=name,
+                params=params,
+                head_dim=head_dim,
+                rotary_dim=rotary_dim,
+                rotary_slice=(start, start + rotary_dim),
+                pairing=pairing,
+                attention_scale=attention_scale,
+                softmax_scale=layer_scale,
+                softmax_scale_source=layer_source,
+                window=window if layer_type == SLIDING else None,
+                chunk=chunk if layer_type == CHUNKED and rope else None,
+                query_temperature=temperature if temperature is not None and not rope else None,
+                mrope_section=section,
+                shared_key_rope=mla_rope is not None and rope,
             )
-        if mla_rope is not None and method == "rope_yarn" and params.get("mscale_all_dim"):
-            mscale = yarn_mscale(float(params["factor"]), float(params["mscale_all_dim"]))
-            softmax_scale *= mscale * mscale
-            scale_source = "(qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * mscale(factor, mscale_all_dim) ** 2"
-        layer = LayerRope(
-            layer=index,
-            layer_type=layer_type,
-            method=method,
-            params=params,
-            head_dim=head_dim,
-            rotary_dim=rotary_dim,
-            rotary_slice=(start, start + rotary_dim),
-            pairing=pairing,
-            attention_scale=1.0,
-            softmax_scale=softmax_scale,
-            softmax_scale_source=scale_source,
-            window=window if layer_type == SLIDING else None,
-            chunk=chunk if layer_type == CHUNKED and rope else None,
-            query_temperature=temperature if temperature is not None and not rope else None,
-            mrope_section=section,
-            shared_key_rope=mla_rope is not None and rope,
         )
-        if method is not None:  # the factor on cos and sin, as the method computes it
-            layer = replace(layer, attention_scale=float(layer_frequencies(layer).attention_scale))
-        resolved.append(layer)
     warnings.extend(_pattern_warnings(text, model_type, resolved, nested))
     return ResolvedConfig(model_type=model_type, layers=resolved, warnings=warnings)
 
 
 def _pattern_warnings(
-    text: Mapping[str, Any], model_type: str | None, layers: Sequence[LayerRope], nested: bool
+    text: TextFields, model_type: str | None, layers: Sequence[LayerRope], nested: bool
 ) -> list[ConfigWarning]:
     warnings: list[ConfigWarning] = []
     sliding_scaled = [
@@ -463,7 +513,7 @@ def _pattern_warnings(
         for layer in layers
         if layer.layer_type == SLIDING and layer.method not in (None, "rope") and layer.params.get("factor", 1) != 1
     ]
-    expects_unscaled = model_type in SLIDING_UNSCALED_MODEL_TYPES or text.get("rope_local_base_freq") is not None
+    expects_unscaled = model_type in SLIDING_UNSCALED_MODEL_TYPES or text.rope_local_base_freq is not None
     if sliding_scaled and expects_unscaled and not nested:
         first = layers[sliding_scaled[0]]
         warnings.append(
@@ -533,25 +583,28 @@ def _pattern_warnings(
 # ---------------------------------------------------------------------------------------------- diffusers
 DIFFUSERS_TRANSFORMERS = frozenset({"FluxTransformer2DModel", "WanTransformer3DModel"})
 DIFFUSERS_THETA = 10000.0  # both models fix θ in code (FluxPosEmbed(theta=10000), WanRotaryPosEmbed's default)
+FLUX_AXES_DIMS = (16, 56, 56)
 
 
-def _resolve_diffusers(config: Mapping[str, Any]) -> ResolvedConfig:
+def _resolve_diffusers(config: DiffusersFields) -> ResolvedConfig:
     """A diffusers video/image transformer config (``transformer/config.json``): every block rotates its q and k
     by (t, h, w) with ``rope_nd``, interleaved pairs. FLUX.1: ``axes_dims_rope`` (16, 56, 56), its double and
     single blocks; Wan 2.1: h = w = 2·(d // 6) features, t the rest."""
-    name = config["_class_name"]
-    head_dim = _int(config, "attention_head_dim")
-    assert head_dim is not None
+    name, head_dim = config.class_name, config.attention_head_dim
     if name == "FluxTransformer2DModel":
-        dims = config.get("axes_dims_rope", [16, 56, 56])
-        if not isinstance(dims, list) or len(dims) != 3 or not all(isinstance(d, int) for d in dims):
-            raise InvalidInput(("axes_dims_rope",), "must be three integers (features per t, h, w axis)")
-        blocks = (_int(config, "num_layers") or 0) + (_int(config, "num_single_layers", required=False) or 0)
+        dims = list(config.axes_dims_rope or FLUX_AXES_DIMS)
+        if any(dim % 2 for dim in dims):
+            raise InvalidInput(("axes_dims_rope",), f"each axis rotates pairs of features: must be even, got {dims}")
+        if sum(dims) > head_dim:
+            raise InvalidInput(
+                ("axes_dims_rope",), f"rotates {sum(dims)} features, more than attention_head_dim = {head_dim}"
+            )
+        blocks = config.num_layers + config.num_single_layers
     else:
         spatial = 2 * (head_dim // 6)
         dims = [head_dim - 2 * spatial, spatial, spatial]
-        blocks = _int(config, "num_layers") or 0
-    params = {"axes_dims": list(dims), "theta": DIFFUSERS_THETA}
+        blocks = config.num_layers
+    params = {"axes_dims": dims, "theta": DIFFUSERS_THETA}
     rotary_dim = sum(dims)
     layers = [
         LayerRope(

@@ -56,7 +56,15 @@ DTYPES: dict[str, torch.dtype] = {
 # [start, stop) position bands ``precision`` reports by default: short, the common trained lengths, long, 1M
 DEFAULT_POSITION_BANDS: tuple[tuple[int, int], ...] = ((0, 1024), (1024, 8192), (8192, 65536), (65536, 1 << 20))
 POSITIONS_PER_BAND = 256  # evenly spaced positions per band, both ends included
-SCAN_CHUNK = 8192  # positions per chunk of the ``compare`` scan (bounds its memory, not its result)
+SCAN_FEATURES = 1 << 20  # positions x rotated features per chunk of the ``compare`` scan (bounds its memory)
+
+
+def scan_chunk(rotary_dim: int) -> int:
+    """Positions per chunk of the ``compare`` scan: ``SCAN_FEATURES`` features of float64 in each of its (C, d)
+    tensors (8 MiB), whatever the rotary dim (its memory, not its result)."""
+    return max(1, SCAN_FEATURES // max(rotary_dim, 1))
+
+
 MAX_DECODE_LENGTH = 1 << 15  # prefill + steps: recomputation re-rotates every key each step the rotation changes
 
 
@@ -510,8 +518,9 @@ def compare(
 
     angle_at: tuple[int, int, float] | None = None  # (position, pair, δ)
     logit_at: tuple[int, float, float] | None = None  # (position, ℓ_a, ℓ_b)
-    for start in range(0, seq_len, SCAN_CHUNK):
-        pos = torch.arange(start, min(start + SCAN_CHUNK, seq_len), dtype=torch.int64)  # (C,)
+    chunk = scan_chunk(setup_a.rotary_dim)
+    for start in range(0, seq_len, chunk):
+        pos = torch.arange(start, min(start + chunk, seq_len), dtype=torch.int64)  # (C,)
         if angle_at is None:
             coords = _positions(applier_a, pos)
             delta = wrapped_angle_difference(rotary_angles(freqs_a, coords), rotary_angles(freqs_b, coords))  # (C, d/2)
@@ -615,23 +624,26 @@ def decode(setup: RotarySetup, prefill: int, steps: int, *, tolerance: float = 1
     queries, keys = vectors[:total], vectors[total:]  # (T, d) each
     pos = torch.arange(total, dtype=torch.int64)
     cpu = torch.device("cpu")
+    cache = torch.empty(total, setup.rotary_dim, dtype=torch.float64)  # (T, d): keys as they were cached
+    # every key so far rotated with the latest frequencies; None while that is exactly the cache (no change yet)
+    recomputed: torch.Tensor | None = None
     with _as_argument("setup"):
-        cache = _rotate(applier, keys[:first], pos[:first], first, keys=True)  # (P, d) rotated with f_P
-        recomputed = cache  # every key so far rotated with the latest frequencies
+        cache[:first] = _rotate(applier, keys[:first], pos[:first], first, keys=True)  # (P, d) rotated with f_P
         latest = applier.frequencies(first, cpu)
         per_step: list[DecodeStep] = []
         for step in range(count):
             n, length = first + step, first + step + 1
             current = applier.frequencies(length, cpu)
-            new_key = _rotate(applier, keys[n : n + 1], pos[n : n + 1], length, keys=True)  # (1, d)
-            cache = torch.cat((cache, new_key))  # (n + 1, d)
-            if _same_rotation(current, latest):
-                recomputed = torch.cat((recomputed, new_key))
-            else:  # the rotation changed: every key re-rotated (identical to re-rotating them all every step)
-                recomputed = _rotate(applier, keys[: n + 1], pos[: n + 1], length, keys=True)
+            cache[n : n + 1] = _rotate(applier, keys[n : n + 1], pos[n : n + 1], length, keys=True)  # (1, d)
+            if not _same_rotation(current, latest):
+                # the rotation changed: every key re-rotated (identical to re-rotating them all every step)
+                recomputed = _rotate(applier, keys[: n + 1], pos[: n + 1], length, keys=True)  # (n + 1, d)
+            elif recomputed is not None:
+                recomputed = torch.cat((recomputed, cache[n : n + 1]))  # (n + 1, d)
             latest = current
             query = _rotate(applier, queries[n : n + 1], pos[n : n + 1], length, keys=False)[0]  # (d,)
-            error = float((cache @ query - recomputed @ query).abs().max())
+            # while no rotation changed, the recomputed keys are the cached ones, bit for bit: the error is 0
+            error = 0.0 if recomputed is None else float(((cache[: n + 1] - recomputed) @ query).abs().max())
             per_step.append(DecodeStep(step=step, position=n, length=length, max_logit_error=error))
     divergent = next((entry for entry in per_step if entry.max_logit_error > limit), None)
     return DecodeReport(
@@ -645,6 +657,16 @@ def decode(setup: RotarySetup, prefill: int, steps: int, *, tolerance: float = 1
         max_logit_error=max(entry.max_logit_error for entry in per_step),
         per_step=per_step,
     )
+
+
+def rotation_changes(setup: RotarySetup, shortest: int, longest: int) -> bool:
+    """Whether ``setup`` rotates differently for sequences of ``shortest`` and ``longest`` tokens (dynamic NTK
+    past its original length, LongRoPE's factor switch): then a KV cache holds stale keys. Two evaluations of the
+    frequencies; a rotation that depends on the length only between the two is not missed, since every such
+    method changes monotonically with it. Errors at ("method",), ("params", …), ("rotary_dim",)."""
+    applier = _applier(setup)
+    cpu = torch.device("cpu")
+    return not _same_rotation(applier.frequencies(shortest, cpu), applier.frequencies(longest, cpu))
 
 
 # ------------------------------------------------------------------------------------------------ pairings

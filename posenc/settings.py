@@ -47,11 +47,35 @@ class Settings(BaseSettings):
     # ---- gateway
     host: str = Field(default="127.0.0.1", description="gateway bind address (`posenc serve --host`)")
     port: int = Field(default=8000, description="gateway port (`posenc serve --port`)")
-    max_output_bytes: int = Field(default=256 * MiB, description="largest tensor output of a compute route")
+    max_output_bytes: int = Field(
+        default=256 * MiB,
+        ge=1,
+        description="largest memory one request may allocate: its outputs and workspace, in bytes (413 above)",
+    )
     max_job_output_bytes: int = Field(
         default=8 * GiB, ge=1, description="largest outputs and workspace of a compute job (413 at submission)"
     )
-    max_json_elements: int = Field(default=1_000_000, description="largest output sent as application/json")
+    max_json_elements: int = Field(
+        default=1_000_000, ge=1, description="largest answer sent as application/json, in numbers (elements)"
+    )
+    max_request_work: int = Field(
+        default=1_000_000_000,
+        ge=1,
+        description="largest CPU work of one request, in work units (about 1 ns of one core each, so about a "
+        "second by default; estimated from "
+        "the request before any work: positions x rotary pairs x layers and the like; bench/request_costs.py "
+        "times each route against its estimate); 413 above",
+    )
+    inline_max_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="the small-request threshold, in bytes of outputs and workspace: work this small (and within "
+        "inline_max_work) runs on the event loop, where handing it to a compute thread would cost more; anything "
+        "larger waits for a compute slot",
+    )
+    inline_max_work: int = Field(
+        default=100_000, ge=0, description="the small-request threshold in work units (see inline_max_bytes)"
+    )
     max_input_elements: int = Field(default=16 * MiB, description="largest total of input tensor elements")
     max_body_bytes: int = Field(default=128 * MiB, description="largest request body (413 above)")
     max_json_body_bytes: int = Field(
@@ -86,7 +110,12 @@ class Settings(BaseSettings):
 
     # ---- torch
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: CUDA when present")
-    torch_threads: int | None = Field(default=None, ge=1, description="default: cores / worker concurrency")
+    torch_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch's intra-op threads; default: a worker's job gets cores / worker_concurrency, the gateway "
+        "cores / compute_concurrency (each compute slot its share)",
+    )
     compile_kernels: bool = Field(
         default=True,
         description="large float32 rotations use a one-pass kernel that torch.compile builds in a background "
@@ -138,10 +167,12 @@ class Settings(BaseSettings):
         description="with API keys set, jobs one key may have queued or running at once (429 above)",
     )
     max_job_cost: int = Field(
-        default=10**11,
+        default=10**15,
         ge=1,
-        description="largest cost of one training job: tokens processed, i.e. train steps x batch_size x "
-        "train length x methods x seeds plus the evaluation tokens (413 above; compute jobs count 1)",
+        description="largest cost of one training job, in multiply-adds estimated from the spec: methods x seeds "
+        "x (3 x train steps x batch_size x train length + the evaluation tokens) x the model's multiply-adds per "
+        "token (its width, depth and attention span); 413 above; compute jobs count 1 (about 4 h of a 2-core CPU "
+        "at the default)",
     )
     worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="worker liveness beat (readyz)")
     worker_soft_shutdown_timeout_s: float = Field(

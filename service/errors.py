@@ -9,6 +9,7 @@ model or by the math itself (422, with ``errors[].loc`` naming the field), missi
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
@@ -70,8 +71,10 @@ def problem_response(
         size=size,
         limit=limit,
     )
+    # json.dumps escapes every non-ASCII character, so a detail that quotes a client's string is always
+    # encodable, even one with a lone surrogate (a "\\ud800" escape) that UTF-8 cannot carry
     return Response(
-        content=problem.model_dump_json(exclude_none=True),
+        content=json.dumps(problem.model_dump(mode="json", exclude_none=True), separators=(",", ":")),
         status_code=status,
         media_type=PROBLEM_MEDIA_TYPE,
         headers=dict(headers or {}),
@@ -215,8 +218,13 @@ async def _invalid_input(request: Request, exc: Exception) -> Response:
 
 
 async def _budget_exceeded(request: Request, exc: Exception) -> Response:
+    """413: the size, the limit (with its setting in the detail) and, in ``errors``, the fields that drive it."""
     assert isinstance(exc, BudgetExceeded)
-    return problem_response(request, 413, str(exc), size=exc.size, limit=exc.limit)
+    drivers = [
+        FieldError(loc=list(loc), msg=f"drives {exc.what} ({exc.size} {exc.unit}; limit {exc.limit})", type="budget")
+        for loc in exc.fields
+    ]
+    return problem_response(request, 413, str(exc), size=exc.size, limit=exc.limit, errors=drivers or None)
 
 
 async def _unknown_method(request: Request, exc: Exception) -> Response:

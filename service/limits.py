@@ -24,8 +24,9 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
@@ -34,6 +35,8 @@ from fastapi.security import APIKeyHeader
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc.compute.cost import Budgets, Plan
+from posenc.errors import located
 from posenc.jobstore import ANONYMOUS
 from posenc.settings import KEY_DIGEST_PREFIX, Settings, key_digest_form
 from service.errors import ProblemError, problem_response
@@ -42,6 +45,7 @@ from service.transport import SAFETENSORS_TYPES, content_type
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 # ----------------------------------------------------------------------------------------------- capacity
@@ -121,19 +125,47 @@ class ComputeSlots:
         if not await self.acquire():
             if self._metrics is not None:
                 self._metrics.slots_rejected.inc()
-            retry_after = max(1, math.ceil(self.wait_s))
-            raise ProblemError(
-                503,
-                f"all {self.capacity} compute slots are busy; retry after {retry_after} s, "
-                "or submit a job (POST /v1/jobs)",
-                headers={"Retry-After": str(retry_after)},
-            )
+            raise self._busy()
         try:
             if inline:
                 return work()
             return await asyncio.get_running_loop().run_in_executor(self._threads(), work)
         finally:
             self.release()
+
+    async def serve(self, settings: Settings, make_plan: Callable[[], Plan[T]], answer: Callable[[T], R]) -> R:
+        """A request planned (validated, resolved, costed), checked against the budgets (413), run, and its
+        ``answer`` encoded, all in a compute slot: for routes whose planning itself is work (a model config to
+        resolve) and whose answers are JSON built in Python. Errors name their field under ``body``."""
+        budgets = Budgets.from_settings(settings)
+
+        def work() -> R:
+            with located(("body",)):
+                plan = make_plan()
+                budgets.check(plan.cost, plan.hint)
+                return answer(plan.run())
+
+        return await self.run(work)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A slot held by this (threadpool) thread for a block of synchronous work, or the 503 of ``run``."""
+        if not self.try_acquire():
+            if self._metrics is not None:
+                self._metrics.slots_rejected.inc()
+            raise self._busy()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def _busy(self) -> ProblemError:
+        retry_after = max(1, math.ceil(self.wait_s))
+        return ProblemError(
+            503,
+            f"all {self.capacity} compute slots are busy; retry after {retry_after} s, or submit a job (POST /v1/jobs)",
+            headers={"Retry-After": str(retry_after)},
+        )
 
     def _threads(self) -> ThreadPoolExecutor:
         with self._waiters_lock:
@@ -234,20 +266,6 @@ def json_body_hint(max_bytes: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ budgets
-def check_output_budget(size: int, settings: Settings, hint: str) -> None:
-    """``size`` is every byte the request would allocate (outputs plus workspace); ``hint`` says how to get
-    under the limit (``Prepared.budget_hint``: a smaller request, or the same one as a compute job)."""
-    limit = settings.max_output_bytes
-    if size > limit:
-        raise ProblemError(
-            413,
-            f"this request would allocate {size} bytes (outputs and workspace), over the limit of {limit} "
-            f"bytes; {hint}",
-            size=size,
-            limit=limit,
-        )
-
-
 def check_json_budget(elements: int, settings: Settings) -> None:
     limit = settings.max_json_elements
     if elements > limit:
@@ -256,19 +274,6 @@ def check_json_budget(elements: int, settings: Settings) -> None:
             f"the response has {elements} elements, over the application/json limit of {limit}; ask for a "
             "binary type (Accept: application/octet-stream, application/vnd.safetensors or "
             "application/x-npy) or make the request smaller",
-            size=elements,
-            limit=limit,
-        )
-
-
-def check_input_budget(elements: int, settings: Settings, jobs_hint: str) -> None:
-    """``jobs_hint`` says how to run the request as a job (``Prepared.jobs_hint``)."""
-    limit = settings.max_input_elements
-    if elements > limit:
-        raise ProblemError(
-            413,
-            f"the input tensors have {elements} elements in total, over the limit of {limit}; "
-            f"make them smaller, {jobs_hint}",
             size=elements,
             limit=limit,
         )

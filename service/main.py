@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import torch
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from posenc import __version__
+from posenc import __version__, runtime
 from posenc.pe import compiled
 from posenc.schemas.compute import AttentionRequest, RotaryRequest
 from posenc.settings import Settings, get_settings
@@ -51,6 +52,7 @@ def operation_id(route: APIRoute) -> str:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings if settings is not None else get_settings()
     compiled.configure(enabled=settings.compile_kernels)
+    torch.set_num_threads(runtime.gateway_torch_threads(settings.torch_threads, settings.compute_concurrency))
     metrics = Metrics(compute_capacity=settings.compute_concurrency)
     rate_limiter = RateLimiter(settings.rate_limit_per_minute, settings.redis_url)
     auth_failures = RateLimiter(settings.auth_failures_per_minute, settings.redis_url)

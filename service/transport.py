@@ -146,6 +146,12 @@ def render(result: TensorResult, media_type: str, requested: str | None = None) 
 _SAFETENSORS_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
 
 
+def json_answer(value: Any) -> Response:
+    """A JSON answer encoded where it is called (in a compute slot, not on the event loop): a pydantic model or
+    plain data, non-finite floats as null, as FastAPI would encode a route's return value."""
+    return Response(pydantic_core.to_json(value), media_type=JSON)
+
+
 def safetensors_pieces(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> list[memoryview | bytes]:
     """A safetensors file as its pieces: the 8-byte header length and the JSON header (padded with spaces to a
     multiple of 8, as the format's writer pads it), then each tensor's own bytes (``raw_bytes``: views, no copy)."""

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from celery.concurrency import prefork
@@ -24,6 +22,7 @@ from celery.concurrency.asynpool import AsynPool
 from celery.concurrency.asynpool import Worker as PoolChild
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_ready
 
+from posenc import runtime
 from posenc.jobstore import store_from_settings
 from posenc.settings import get_settings
 from workers.recovery import sweep_orphaned_jobs
@@ -31,26 +30,11 @@ from workers.recovery import sweep_orphaned_jobs
 logger = logging.getLogger(__name__)
 
 
-def available_cpus() -> int:
-    """CPUs this process may use: the affinity mask, capped by a cgroup v2 CPU quota (Docker's --cpus).
-
-    torch and OpenMP read the host's core count, not the quota, and oversubscribe (service.md §2.1).
-    """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            cpus = min(cpus, max(1, math.floor(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cpus)
-
-
 def torch_threads_per_child() -> int:
     settings = get_settings()
     if settings.torch_threads:
         return settings.torch_threads
-    return max(1, available_cpus() // settings.worker_concurrency)
+    return max(1, runtime.available_cpus() // settings.worker_concurrency)
 
 
 def native_threads() -> int:

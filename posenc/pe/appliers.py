@@ -24,6 +24,7 @@ Errors are reported relative to the method's own inputs, ``("params", "base")``,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from posenc.errors import InvalidInput
+from posenc.errors import ContiguousPositionsRequired, InvalidInput
 from posenc.pe.kinds import (
     apply_block_rotation,
     apply_rotary,
@@ -117,6 +118,7 @@ def future_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
 
 
 META = torch.device("meta")
+DRY_RUN_KEYS = 64  # keys at each end of the sequence a dry run attends to (see Applier.dry_run)
 
 
 class Applier:
@@ -274,17 +276,30 @@ class Applier:
         return out.to(v.dtype)
 
     def dry_run(self, longest: int) -> None:
-        """Apply the method once on zeros, so its own checks fire before a job is queued: one query at position
-        ``longest`` − 1 against ``longest`` keys sees every distance the job will, at O(longest) cost."""
+        """Apply the method once on zeros, so its own checks fire before a job is queued, at a cost that does not
+        grow with ``longest``: first on a short contiguous sequence (every code path), then one query at position
+        ``longest`` − 1 against the keys at the first and the last ``DRY_RUN_KEYS`` positions, so it sees distance
+        0, the longest distance and every short one (a learned table or bucket range shorter than the job's
+        longest sequence is refused here). A method that takes positions only as token order (it raises
+        ``ContiguousPositionsRequired``) has no table to outrun and is checked by the first run alone."""
         device = torch.device("cpu")
-        k_pos = positions(longest, device)
+        self._attend_zeros(positions(min(longest, 2 * DRY_RUN_KEYS), device))
+        if longest <= 2 * DRY_RUN_KEYS:
+            return
+        near = positions(DRY_RUN_KEYS, device)  # (K,)
+        far = positions(DRY_RUN_KEYS, device, offset=longest - DRY_RUN_KEYS)  # (K,)
+        with contextlib.suppress(ContiguousPositionsRequired):
+            self._attend_zeros(torch.cat((near, far)))  # (2K,)
+
+    def _attend_zeros(self, k_pos: torch.Tensor) -> None:
+        """One query at the last of ``k_pos`` (T,) against every key, on zeros."""
         q_pos = k_pos[-1:]  # (1,): the last position
-        heads, head_dim = self.layer.num_heads, self.layer.head_dim
+        heads, head_dim, keys = self.layer.num_heads, self.layer.head_dim, k_pos.shape[0]
         q = torch.zeros(1, heads, 1, head_dim, dtype=self.layer.dtype)  # (1, H, 1, d)
-        k = torch.zeros(1, heads, longest, head_dim, dtype=self.layer.dtype)  # (1, H, T, d)
-        x = torch.zeros(1, longest, self.layer.width, dtype=self.layer.dtype)  # (1, T, D_model)
+        k = torch.zeros(1, heads, keys, head_dim, dtype=self.layer.dtype)  # (1, H, T, d)
+        x = torch.zeros(1, keys, self.layer.width, dtype=self.layer.dtype)  # (1, T, D_model)
         mask = future_mask(q_pos, k_pos)  # (1, 1, 1, T): nothing is in the last query's future
-        state = self.initial_state(1, longest, device)
+        state = self.initial_state(1, keys, k_pos.device)
         self.attend(q, k, k, q_pos=q_pos, k_pos=k_pos, mask=mask, x=x, state=state)
 
     # ---- model-coupled methods: a position state threaded through the layers (TAPE); None for the others
@@ -316,7 +331,8 @@ class Applier:
         return {} if state is None else {f.name: getattr(state, f.name) for f in fields(state)}
 
     def update_state(self, x: torch.Tensor, state: Any) -> Any:
-        """The state after a feed-forward sublayer whose input is ``x`` (B, T, D_model)."""
+        """The state after a feed-forward sublayer whose output is ``x`` (B, T, D_model), before its residual add
+        (TAPE updates the position state from the MLP's output, as the authors' decoder layer does)."""
         if state is None or self.spec.state_ffn is None:
             return state
         return self.spec.state_ffn(self.params, x, state)

@@ -7,18 +7,22 @@ Methods: ``fox`` (kind ``score_mod``, causal only). The formula, the gate types 
 modeling_forgetting_transformer.py`` (``ForgettingAttentionLayer``: ``fgate_proj``, ``fgate_type``,
 ``fgate_bias_init``, ``_initialize_weights``) and the reference of ``ops/forgetting_attention.py``
 (methods.md B9). Only the decay bias is PE; "FoX (Pro)"'s QK-norm, output gate and shifts are not here.
+
+The params' defaults are the authors' (b_f = 0). Training jobs default to the decay-time init with times 4..64
+instead (``TRAINING_DEFAULTS``, posenc's choice, registered as the method's ``training_defaults``); a job that
+gives ``fgate_bias_init: false`` trains from the authors' init.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from posenc.errors import InvalidInput
+from posenc.errors import ContiguousPositionsRequired, InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, Seed, register
 from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
@@ -30,6 +34,13 @@ FOX_PAPER = (
     "https://arxiv.org/abs/2503.02130"
 )
 INIT_STD = 0.02  # initializer_range: N(0, 0.02) for fgate_proj.weight, its bias zeros
+# posenc's training default, not the paper's: the authors' b_f = 0 gives σ(0) = 0.5 on every head, ln 2 of logit per
+# token of distance, and a tiny model then fails to fit copy in distribution; decay times 4..64 let it fit
+# (evaluation.md §11a trains FoX with them). The authors' init is one param away: fgate_bias_init=false.
+TRAINING_DEFAULTS: dict[str, Any] = {"fgate_bias_init": True, "decay_time_min": 4.0, "decay_time_max": 64.0}
+TRAINING_NOTE = (
+    "fgate_bias_init with decay times 4..64: posenc's training default (the authors' init: fgate_bias_init=false)"
+)
 
 FgateType = Literal["full", "bias_only", "fixed", "none"]
 
@@ -44,7 +55,8 @@ class FoxParams(MethodParams):
     fgate_bias_init: bool = Field(
         default=False,
         description="initialise b_f = −log(expm1(1/τ_h)), τ_h log-spaced over [decay_time_min, decay_time_max] "
-        "across heads (so that τ = −1/log σ(b)); required by 'fixed' unless b_f is given",
+        "across heads (so that τ = −1/log σ(b)); required by 'fixed' unless b_f is given. Training jobs default "
+        "to true with decay times 4..64 (posenc's choice); false there gives the authors' b_f = 0",
     )
     decay_time_min: float | None = Field(default=None, gt=0, description="T_min of fgate_bias_init")
     decay_time_max: float | None = Field(default=None, gt=0, description="T_max of fgate_bias_init")
@@ -115,7 +127,9 @@ def _gate_log_cumsum(
     inputs.check_x(ctx)
     k_len = inputs.k.shape[2]
     if not torch.equal(inputs.k_pos, torch.arange(k_len, dtype=inputs.k_pos.dtype, device=inputs.k_pos.device)):
-        raise InvalidInput(("k_pos",), f"the gate sums run over x's positions: k_pos must be arange({k_len})")
+        raise ContiguousPositionsRequired(
+            ("k_pos",), f"the gate sums run over x's positions: k_pos must be arange({k_len})"
+        )
     q_pos = inputs.q_pos
     if q_pos.numel() and (int(q_pos.min()) < 0 or int(q_pos.max()) >= k_len):
         raise InvalidInput(("q_pos",), f"each query must sit at one of the {k_len} key positions x covers")
@@ -174,6 +188,8 @@ def fox_decay_bias(params: FoxParams, inputs: LayerInputs, ctx: ScoreContext) ->
         "needs_x": "declared for every gate type (needs is static); only 'full' reads x and refuses its absence",
         "rope": "FoX uses no RoPE in the paper's configs (use_rope: false); combine with a rotary method if wanted",
     },
+    training_defaults=TRAINING_DEFAULTS,
+    training_note=TRAINING_NOTE,
 )
 def fox(params: FoxParams, inputs: LayerInputs, ctx: ScoreContext) -> ScoreTerms:
     """FoX: A_ij = q_i·k_j/√d + Σ_{l=j+1}^{i} log f_l, f_t = σ(w_f·x_t + b_f) per head (forget gates).

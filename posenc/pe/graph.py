@@ -53,6 +53,28 @@ SIGN_TOLERANCE = 1e-6
 TABPET_WINDOW = 0.25
 TABPET_MIN_K, TABPET_MAX_K = 2, 10
 GRAPHORMER_FIELDS = ("spatial_table", "virtual_distance")
+# Work units (about 1 ns of one core, posenc.compute.cost) of the graph algorithms, per step: the breadth-first
+# search from every node visits every node and edge (n·(n + E) steps: a 4096-node path graph takes about 1.4 s);
+# a dense symmetric eigenproblem takes about n³/5 (2048 nodes: about 1.5 s); degrees read every edge once.
+WORK_PER_SEARCH_STEP = 60
+WORK_PER_EDGE = 20
+
+
+def shortest_paths_work(nodes: int, edges: int) -> int:
+    """Graphormer's all-pairs shortest paths: a breadth-first search from every node."""
+    return WORK_PER_SEARCH_STEP * nodes * (nodes + edges)
+
+
+def degrees_work(nodes: int, edges: int) -> int:
+    """Degrees: every edge read once."""
+    return WORK_PER_EDGE * (nodes + edges)
+
+
+def spectrum_work(nodes: int, edges: int) -> int:
+    """The Laplacian's eigenvectors: a dense symmetric eigenproblem, after the adjacency is built."""
+    return nodes**3 // 5 + WORK_PER_EDGE * (nodes + edges)
+
+
 CENTRALITY_FIELDS = ("in_degree_table", "out_degree_table")
 
 
@@ -271,6 +293,7 @@ def graphormer_prefix_bias(params: GraphormerParams, ctx: BiasContext) -> torch.
     learned=True,
     learned_init=graphormer_learned_init,
     needs=frozenset({"graph"}),
+    graph_work=shortest_paths_work,
     prefix_bias=graphormer_prefix_bias,
     conventions={
         "distance": "SPD(i → j) in hops from query node i to key node j along the edges (both directions unless "
@@ -364,6 +387,7 @@ def degree_rows(degree: torch.Tensor, num_degree: int) -> torch.Tensor:
     learned=True,
     learned_init=centrality_learned_init,
     needs=frozenset({"graph"}),
+    graph_work=degrees_work,
     conventions={
         "degree": "the number of distinct neighbours in the binary adjacency (a self-loop counts once); "
         "undirected: in-degree = out-degree = degree, so the encoding is z_in[deg + 1] + z_out[deg + 1]; "
@@ -550,6 +574,7 @@ def _laplacian_tabpet(params: LaplacianParams, ctx: AbsoluteContext) -> torch.Te
     kind=Kind.ABSOLUTE,
     params=LaplacianParams,
     paper=LAPPE_PAPER,
+    graph_work=spectrum_work,
     conventions={
         "laplacian": "L = I - D^-1/2 A D^-1/2; gnn: A binary over the undirected graph (direction ignored), degrees "
         "clipped to >= 1 so an isolated node has L_ii = 1 (networkx: 0); tabpet: A = max(|W|, |W|^T) weighted, a "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 import torch.nn.functional as F
 
-from posenc.errors import InvalidInput
+from posenc.errors import ContiguousPositionsRequired, InvalidInput
 from posenc.tensors import to_torch
 
 if TYPE_CHECKING:
@@ -191,8 +191,10 @@ def check_shift_positions(inputs: LayerInputs, query_offset: int) -> None:
     q_len, k_len = inputs.q.shape[2], inputs.k.shape[2]
     want_q = torch.arange(q_len, dtype=torch.int64, device=inputs.q_pos.device) + query_offset
     if inputs.q_pos.shape != (q_len,) or not torch.equal(inputs.q_pos, want_q):
-        raise InvalidInput(("q_pos",), f"the relative shift needs q_pos = arange({q_len}) + {query_offset}")
+        raise ContiguousPositionsRequired(
+            ("q_pos",), f"the relative shift needs q_pos = arange({q_len}) + {query_offset}"
+        )
     if inputs.k_pos.shape != (k_len,) or not torch.equal(
         inputs.k_pos, torch.arange(k_len, dtype=torch.int64, device=inputs.k_pos.device)
     ):
-        raise InvalidInput(("k_pos",), f"the relative shift needs k_pos = arange({k_len})")
+        raise ContiguousPositionsRequired(("k_pos",), f"the relative shift needs k_pos = arange({k_len})")

@@ -7,6 +7,7 @@ family explicitly, so the registry is complete once ``posenc.pe`` is imported. N
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -70,12 +71,21 @@ class MethodSpec:
     # Content methods whose intermediates outgrow two (B, H, Nq, Nk) maps: (params, ctx, batch) -> elements,
     # what the gateway counts against its budget before anything is allocated.
     workspace: Callable[..., int] | None = None
+    # Methods that compute from a graph (shortest paths, degrees, eigenvectors): (nodes, edges) -> the work units
+    # (about 1 ns of one core, posenc.compute.cost) its algorithm takes on such a graph, costed before any work.
+    graph_work: Callable[[int, int], int] | None = None
     # Prefix tokens (negative positions, see posenc.pe.types): absolute methods with their own prefix rows
     # register prefix_encoding(params, ctx: AbsoluteContext, count) -> (count, D); bias methods with their own
     # prefix entries register prefix_bias(params, ctx: BiasContext) -> (H, 3), the per-head values of
     # prefix→token, token→prefix and prefix→prefix. Without them a prefix token gets zeros.
     prefix_encoding: Callable[..., Any] | None = None
     prefix_bias: Callable[..., Any] | None = None
+    # posenc's own defaults for training jobs (not the paper's), raw params filled in for the keys a job leaves
+    # out, all together or not at all (``posenc.training.model.training_params``); ``training_note`` says what
+    # they are and which params give the paper's behaviour. GET /v1/methods shows the note as the convention
+    # ``training_defaults``.
+    training_defaults: dict[str, Any] = field(default_factory=dict)
+    training_note: str = ""
 
     @property
     def summary(self) -> str:
@@ -140,10 +150,16 @@ def register(
     state_init: Callable[..., Any] | None = None,
     state_ffn: Callable[..., Any] | None = None,
     workspace: Callable[..., int] | None = None,
+    graph_work: Callable[[int, int], int] | None = None,
     prefix_encoding: Callable[..., Any] | None = None,
     prefix_bias: Callable[..., Any] | None = None,
+    training_defaults: dict[str, Any] | None = None,
+    training_note: str = "",
 ) -> Callable[[F], F]:
-    """Register ``fn`` under ``name``; a second registration of the same name is an error."""
+    """Register ``fn`` under ``name``; a second registration of the same name is an error.
+
+    ``training_defaults`` must be valid params on their own and come with a ``training_note``; the note is added
+    to the conventions as ``training_defaults``."""
 
     def decorator(fn: F) -> F:
         if name in _REGISTRY:
@@ -156,6 +172,16 @@ def register(
             raise ValueError(f"{name}: only bias methods can be Toeplitz")
         if not (inspect.getdoc(fn) or "").strip():
             raise ValueError(f"{name}: a registered method needs a docstring with its formula and paper")
+        stated = dict(conventions or {})
+        if training_defaults:
+            if not training_note or "training_defaults" in stated:
+                raise ValueError(f"{name}: training_defaults need a training_note (and no such convention)")
+            params.model_validate(training_defaults)  # the defaults alone are valid params
+            shown = ", ".join(f"{key}={json.dumps(value)}" for key, value in training_defaults.items())
+            stated["training_defaults"] = (
+                f"{training_note}. Training jobs fill in {shown} for the keys their params leave out "
+                "(all of them or, where a given key conflicts, none); /v1 compute routes keep the paper's defaults"
+            )
         family = fn.__module__.rsplit(".", 1)[-1]
         _REGISTRY[name] = MethodSpec(
             name=name,
@@ -166,7 +192,7 @@ def register(
             paper=paper,
             learned=learned,
             toeplitz=toeplitz,
-            conventions=dict(conventions or {}),
+            conventions=stated,
             learned_init=learned_init,
             axes=axes,
             per_layer=per_layer,
@@ -175,8 +201,11 @@ def register(
             state_init=state_init,
             state_ffn=state_ffn,
             workspace=workspace,
+            graph_work=graph_work,
             prefix_encoding=prefix_encoding,
             prefix_bias=prefix_bias,
+            training_defaults=dict(training_defaults or {}),
+            training_note=training_note,
         )
         return fn
 

@@ -51,8 +51,10 @@ class GraphIn(BaseModel):
     edges: list[tuple[Int64, Int64]] = Field(
         default_factory=list, max_length=MAX_GRAPH_EDGES, description="(u, v) node id pairs"
     )
-    edge_features: list[Int64] | list[list[Int64]] | None = Field(
-        default=None, description="one categorical id (or a list of ids) per edge, in the order of edges"
+    edge_features: list[Int64] | list[Annotated[list[Int64], Field(max_length=64)]] | None = Field(
+        default=None,
+        max_length=MAX_GRAPH_EDGES,
+        description="one categorical id (or a list of at most 64 ids) per edge, in the order of edges",
     )
     directed: bool = Field(default=False, description="false: every edge is traversed both ways")
 

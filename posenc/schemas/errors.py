@@ -21,6 +21,8 @@ class Problem(BaseModel):
     status: int
     detail: str | None = None
     instance: str | None = None
-    errors: list[FieldError] | None = Field(default=None, description="field errors of a 422")
+    errors: list[FieldError] | None = Field(
+        default=None, description="field errors of a 422; for a 413, the fields that drive the size (type 'budget')"
+    )
     limit: int | None = Field(default=None, description="the limit that was exceeded (413)")
     size: int | None = Field(default=None, description="the size that was asked for (413)")

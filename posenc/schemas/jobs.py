@@ -53,8 +53,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+MAX_METHODS = 32  # method entries of one benchmark
+MAX_SEEDS = 64
+MAX_EVAL_SIZES = 64  # evaluation lengths, resolutions or graph sizes of one job
+
+
 class MethodRef(_Strict):
-    method: str
+    method: str = Field(max_length=128)
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -149,7 +154,7 @@ class DataSpec(_Strict):
 
 class ModelSpec(_Strict):
     layers: int = Field(default=2, ge=1, le=48)
-    dim: int = Field(default=128, ge=8, le=8192)
+    dim: int = Field(default=128, ge=8, le=4096)
     heads: int = Field(default=4, ge=1, le=256)
     ffn_mult: int = Field(default=4, ge=1, le=16)
     pairing: Literal["half", "interleaved"] = Field(
@@ -184,7 +189,7 @@ class TrainSpec(_Strict):
 
 class EvalSpec(_Strict):
     lengths: list[Annotated[int, Field(ge=1, le=1_048_576)]] | None = Field(
-        default=None, description="default [L, 2L, 4L, 8L] with L the training length"
+        default=None, max_length=MAX_EVAL_SIZES, description="default [L, 2L, 4L, 8L] with L the training length"
     )
     protocol: Literal["nonoverlapping", "sliding"] = "nonoverlapping"
     stride: int | None = Field(
@@ -196,23 +201,25 @@ class EvalSpec(_Strict):
     )
     resolutions: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
         default=None,
+        max_length=MAX_EVAL_SIZES,
         description="image tasks: evaluation resolutions in pixels, multiples of data.patch_size; default "
         "[S/2, 3S/4, S, 3S/2, 2S] with S = data.image_size (those that are multiples of the patch)",
     )
     num_nodes: list[Annotated[int, Field(ge=3, le=MAX_GRAPH_NODES)]] | None = Field(
         default=None,
+        max_length=MAX_EVAL_SIZES,
         description="graph tasks: evaluation graph sizes in nodes; default [2n/3, n, 4n/3, 2n] with n = "
         "data.num_nodes (those of at least 3 nodes)",
     )
 
 
 class JobSpec(_Strict):
-    methods: list[MethodRef] = Field(min_length=1)
+    methods: list[MethodRef] = Field(min_length=1, max_length=MAX_METHODS)
     data: DataSpec = Field(default_factory=lambda: DataSpec(corpus="stdlib"))
     model: ModelSpec = Field(default_factory=ModelSpec)
     train: TrainSpec = Field(default_factory=TrainSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
-    seeds: list[Int64] = Field(default_factory=lambda: [0], min_length=1, max_length=64)
+    seeds: list[Int64] = Field(default_factory=lambda: [0], min_length=1, max_length=MAX_SEEDS)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     checkpoint: str | None = Field(
         default=None, description="extrapolate only: id of a finished train job whose model to evaluate"

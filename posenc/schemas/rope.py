@@ -56,7 +56,7 @@ class ConvertResponse(BaseModel):
 
 
 # ------------------------------------------------------------------------------------------- diagnostics
-MAX_COMPARE_POSITION = 1 << 20  # a scan of every position: about a second per million on two cores
+MAX_COMPARE_POSITION = 1 << 20  # a scan of every position; max_request_work decides how far at a rotary_dim
 MAX_DECODE_TOKENS = 8192  # decode costs O(steps · length · d) once a scaling changes with the length
 MAX_TRAIN_LENGTH = 1 << 26
 

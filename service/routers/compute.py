@@ -1,9 +1,11 @@
 """Compute routes: bias matrices, rotated q/k, absolute encodings and attention maps.
 
-Every route follows the same steps on the event loop: prepare (validate, size everything, allocate nothing),
-check the budgets and what the Accept type can carry, wait for a compute slot; then compute and encode on a
-compute thread, so torch never blocks the event loop, except for tiny work (``INLINE_COMPUTE_BYTES``), which
-costs less than the hand-off to a thread.
+Every route follows the same steps on the event loop: prepare (validate, cost everything with the one cost
+model of ``posenc.compute.cost``, allocate nothing), check the budgets and what the Accept type can carry, wait
+for a compute slot; then compute and encode on a compute thread, so torch never blocks the event loop, except for
+work within the small-request threshold (``inline_max_bytes``, ``inline_max_work``), which costs less than the
+hand-off to a thread. A request naming a model config or giving a graph is prepared in its slot too (resolving
+the config, reading the edges is work).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from posenc.compute import (
     Prepared,
     prepare,
 )
+from posenc.compute.cost import Budgets
+from posenc.errors import located
 from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingRequest, RotaryRequest
 from posenc.schemas.jobs import ComputeRequest, ComputeRoute
 from posenc.settings import Settings
 from service.deps import MediaTypeDep, SettingsDep, SlotsDep, TensorNameDep
 from service.errors import ProblemError
-from service.limits import ComputeSlots, check_input_budget, check_json_budget, check_output_budget
+from service.limits import ComputeSlots, check_json_budget
 from service.transport import (
     JSON,
     SAFETENSORS,
@@ -46,11 +50,6 @@ router = APIRouter(prefix="/v1", tags=["compute"])
 RequestT = TypeVar("RequestT", RotaryRequest, AttentionRequest)
 
 
-# Outputs and workspace up to this size are computed on the event loop: tens of microseconds of work, less
-# than the hand-off to a compute thread and back.
-INLINE_COMPUTE_BYTES = 64 * 1024
-
-
 async def _compute(
     route: ComputeRoute,
     request: ComputeRequest,
@@ -60,16 +59,27 @@ async def _compute(
     settings: Settings,
     slots: ComputeSlots,
 ) -> Response:
-    """Prepare (validate and size, nothing computed), check the budgets and what the Accept type can carry, then
-    compute and encode in a compute slot: on a compute thread, or inline when the work is tiny."""
-    prepared = prepare(route, request, binary)
-    check_input_budget(prepared.input_elements, settings, prepared.jobs_hint)
-    check_output_budget(prepared.total_bytes, settings, prepared.budget_hint)
-    if media_type == JSON:
-        check_json_budget(prepared.output_elements, settings)
-    check_deliverable(prepared.outputs, media_type, tensor)
+    """Prepare (validate and cost, nothing computed), check the budgets and what the Accept type can carry, then
+    compute and encode in a compute slot: on a compute thread, or inline on the event loop when the work is
+    within the small-request threshold. A request that names a model config is prepared in the slot too: its
+    resolution is work."""
+    budgets = Budgets.from_settings(settings)
+
+    def checked() -> Prepared:
+        prepared = prepare(route, request, binary)
+        with located(("body",)):
+            budgets.check(prepared.cost, prepared.budget_hint, json_answer=False)
+        if media_type == JSON:
+            check_json_budget(prepared.output_elements, settings)
+        check_deliverable(prepared.outputs, media_type, tensor)
+        return prepared
+
+    if getattr(request, "config", None) is not None or getattr(request, "graph", None) is not None:
+        # a config to resolve, a graph's edges to read: preparing is work too
+        return await slots.run(lambda: _run_and_render(checked(), media_type, tensor))
+    prepared = checked()
     work = functools.partial(_run_and_render, prepared, media_type, tensor)
-    return await slots.run(work, inline=prepared.total_bytes <= INLINE_COMPUTE_BYTES)
+    return await slots.run(work, inline=budgets.small(prepared.cost))
 
 
 def _run_and_render(prepared: Prepared, media_type: str, tensor: str | None) -> Response:

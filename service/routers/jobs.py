@@ -45,7 +45,7 @@ from posenc.schemas.errors import Problem
 from posenc.schemas.jobs import Job, JobCreate, JobKind, JobList, JobSpec, JobStatus
 from posenc.settings import Settings
 from service.errors import ProblemError
-from service.limits import KeyRing, Principal, authenticate, health_details_allowed
+from service.limits import ComputeSlots, KeyRing, Principal, authenticate, health_details_allowed
 from workers.app import create_app as create_celery_app
 from workers.names import QUEUE_GPU, queue_for_device
 from workers.publish import publish_job
@@ -131,9 +131,10 @@ def _check_cost(body: JobCreate, settings: Settings) -> None:
     if cost > limit:
         raise ProblemError(
             413,
-            f"this job would process {cost} tokens (train steps x batch_size x train length x methods x seeds, "
-            f"plus evaluation), over the limit of {limit} (max_job_cost, POSENC_MAX_JOB_COST); use fewer steps, "
-            "a smaller batch or length, fewer methods, seeds or evaluation tokens, or split it into several jobs",
+            f"this job would take about {cost} multiply-adds (methods x seeds x (3 x train steps x batch_size x "
+            "train length + evaluation tokens) x the model's multiply-adds per token), over the limit of "
+            f"{limit} (max_job_cost, POSENC_MAX_JOB_COST); use fewer steps, a smaller batch, length or model, "
+            "fewer methods, seeds or evaluation tokens, or split it into several jobs",
             size=cost,
             limit=limit,
         )
@@ -213,7 +214,10 @@ def create_job(
     values 422), against ``max_job_output_bytes`` (413) instead of the route's output budget."""
     settings = _settings(request)
     _check_cost(body, settings)
-    validate_job(body, max_compute_bytes=settings.max_job_output_bytes, data_dirs=data_directories(settings))
+    # the spec's dry runs (every method applied once, a compute request prepared) are work: in a compute slot
+    slots: ComputeSlots = request.app.state.compute_slots
+    with slots.held():
+        validate_job(body, max_compute_bytes=settings.max_job_output_bytes, data_dirs=data_directories(settings))
     store = _store(request)
     queue = queue_for_device(body.spec.device if isinstance(body.spec, JobSpec) else "cpu")
     job_id = new_job_id()

@@ -1,23 +1,28 @@
-"""Real models' rotary setups: the presets, and any config.json resolved into per-layer rotations."""
+"""Real models' rotary setups: the presets, and any config.json resolved into per-layer rotations (in a compute
+slot: the resolution is work, bounded by the config reader's limits)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.responses import Response
 
-from posenc.errors import located
-from posenc.model_configs import resolve_config
+from posenc.compute.rope import plan_resolve
 from posenc.model_presets import PRESETS, get_preset
 from posenc.schemas.errors import Problem
 from posenc.schemas.models import ModelPreset, ModelPresetList, ResolvedModel, ResolveRequest
+from service.deps import SettingsDep, SlotsDep
+from service.transport import json_answer
 
 router = APIRouter(prefix="/v1", tags=["models"])
 _PROBLEMS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or invalid X-API-Key"},
     404: {"model": Problem, "description": "no preset by that name"},
+    413: {"model": Problem, "description": "over a budget: size, limit and the fields that drive it"},
     422: {"model": Problem, "description": "a config that cannot be resolved; the error names its key"},
     429: {"model": Problem, "description": "rate limited; see Retry-After"},
+    503: {"model": Problem, "description": "every compute slot is busy; see Retry-After"},
 }
 
 
@@ -40,15 +45,11 @@ def retrieve_preset(name: str) -> ModelPreset:
 
 
 @router.post("/models/resolve", name="resolve", response_model=ResolvedModel, responses=_PROBLEMS)
-def resolve_model(request: ResolveRequest) -> ResolvedModel:
+async def resolve_model(request: ResolveRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
     """A model config -> one rotary setup per layer (method and params, rotated slice, pairing, scales,
     window, M-RoPE sections; method null on NoPE layers) and warnings for known bug patterns."""
-    if request.preset is not None:
-        config = _preset(request.preset).config
-        prefix: tuple[str, ...] = ("body", "preset")
-    else:
-        assert request.config is not None
-        config, prefix = request.config, ("body", "config")
-    with located(prefix):
-        resolved = resolve_config(config)
-    return ResolvedModel.model_validate(resolved.to_json())
+    return await slots.serve(
+        settings,
+        lambda: plan_resolve(request.config, request.preset),
+        lambda resolved: json_answer(ResolvedModel.model_validate(resolved.to_json())),
+    )

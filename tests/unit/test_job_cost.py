@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from posenc.jobspec import eval_tokens, job_cost
+from posenc.jobspec import eval_tokens, job_cost, job_tokens, model_macs_per_token
 from posenc.schemas.jobs import JobCreate, JobSpec
 from posenc.settings import Settings
 from posenc.training.evaluate import protocol_windows
@@ -44,25 +44,54 @@ def test_text_eval_tokens_are_what_the_evaluation_windows_read(
     assert eval_tokens(spec, length) == len(windows) * length
 
 
-def test_benchmark_cost_multiplies_runs_and_adds_evaluation() -> None:
+def test_benchmark_tokens_multiply_runs_and_add_evaluation() -> None:
     job = create(
         train={"steps": 100, "batch_size": 4, "length": 32},
         eval={"lengths": [32, 64], "max_tokens": 256},
         seeds=[0, 1, 2],
     )
     per_run = 100 * 4 * 32 + 256 + 256
-    assert job_cost(job) == 2 * 3 * per_run
+    assert job_tokens(job) == 2 * 3 * per_run
+
+
+def test_the_cost_in_multiply_adds_covers_runs_steps_evaluation_and_the_model() -> None:
+    """2 layers, width 64, feed-forward 4x: (4 + 8)·64² weights per layer, 2·T·64 attention per layer, a head
+    of at most 256 classes; training counts 3 passes (forward and backward)."""
+    model = {"layers": 2, "dim": 64, "heads": 4}
+    job = create(
+        train={"steps": 10, "batch_size": 4, "length": 32},
+        eval={"lengths": [32, 64], "max_tokens": 256},
+        seeds=[0, 1],
+        model=model,
+    )
+    assert isinstance(job.spec, JobSpec)
+
+    def macs(length: int) -> int:
+        return 2 * (12 * 64 * 64 + 2 * length * 64) + 256 * 64
+
+    assert model_macs_per_token(job.spec, 32) == macs(32)
+    per_run = 3 * 10 * 4 * 32 * macs(32) + 256 * macs(32) + 256 * macs(64)
+    assert job_cost(job) == 2 * 2 * per_run
+    # each knob moves it: a wider model, more steps, a longer evaluation
+    wider = create(train={"steps": 10, "batch_size": 4, "length": 32}, eval={"lengths": [32, 64], "max_tokens": 256},
+                   seeds=[0, 1], model=model | {"dim": 128})  # fmt: skip
+    assert job_cost(wider) > 3 * job_cost(job)
+    longer = create(train={"steps": 10, "batch_size": 4, "length": 32}, eval={"lengths": [32, 4096], "max_tokens": 256},
+                    seeds=[0, 1], model=model)  # fmt: skip
+    assert job_cost(longer) > job_cost(job)
 
 
 def test_train_evaluates_at_its_length_and_tasks_count_samples_times_sequence() -> None:
     job = create("train", data={"task": "addition"}, train={"steps": 10, "batch_size": 2, "length": 35})
     size = (35 - 5) // 3  # the largest addition instance in 35 tokens
-    assert job_cost(job) == 10 * 2 * 35 + 100 * (3 * size + 5)
+    assert job_tokens(job) == 10 * 2 * 35 + 100 * (3 * size + 5)
 
 
 def test_extrapolating_a_checkpoint_trains_nothing() -> None:
     job = create("extrapolate", checkpoint="abc", eval={"lengths": [16, 1000], "max_tokens": 500})
-    assert job_cost(job) == 496 + 1000  # 31 windows of 16; at least one window of 1000
+    assert job_tokens(job) == 496 + 1000  # 31 windows of 16; at least one window of 1000
+    assert isinstance(job.spec, JobSpec)
+    assert job_cost(job) == 496 * model_macs_per_token(job.spec, 16) + 1000 * model_macs_per_token(job.spec, 1000)
 
 
 def test_a_compute_job_counts_one() -> None:

@@ -292,8 +292,37 @@ class DecodeRequest(BaseModel):
     tolerance: Annotated[float, Field(ge=0.0, title="Tolerance")] = 1e-09
 
 
-class EdgeFeature(RootModel[int]):
+class EdgeFeatures1Item(RootModel[int]):
     root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
+class EdgeFeatures1(RootModel[list[EdgeFeatures1Item]]):
+    root: Annotated[list[EdgeFeatures1Item], Field(max_length=1000000, title="Edge Features")]
+    """
+    one categorical id (or a list of at most 64 ids) per edge, in the order of edges
+    """
+
+
+class EdgeFeatures2ItemItem(RootModel[int]):
+    root: Annotated[int, Field(ge=-9223372036854776000, le=9223372036854776000)]
+
+
+class EdgeFeatures2Item(RootModel[list[EdgeFeatures2ItemItem]]):
+    root: Annotated[list[EdgeFeatures2ItemItem], Field(max_length=64)]
+
+
+class EdgeFeatures2(RootModel[list[EdgeFeatures2Item]]):
+    root: Annotated[list[EdgeFeatures2Item], Field(max_length=1000000, title="Edge Features")]
+    """
+    one categorical id (or a list of at most 64 ids) per edge, in the order of edges
+    """
+
+
+class EdgeFeatures(RootModel[EdgeFeatures1 | EdgeFeatures2]):
+    root: Annotated[EdgeFeatures1 | EdgeFeatures2, Field(title="Edge Features")]
+    """
+    one categorical id (or a list of at most 64 ids) per edge, in the order of edges
+    """
 
 
 class EdgeItem(RootModel[int]):
@@ -341,7 +370,7 @@ class EvalSpec(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    lengths: Annotated[list[Length1] | None, Field(title="Lengths")] = None
+    lengths: Annotated[Lengths | None, Field(title="Lengths")] = None
     """
     default [L, 2L, 4L, 8L] with L the training length
     """
@@ -349,12 +378,12 @@ class EvalSpec(BaseModel):
     """
     scored tokens per length (text)
     """
-    num_nodes: Annotated[list[NumNode] | None, Field(title="Num Nodes")] = None
+    num_nodes: Annotated[NumNodes1 | None, Field(title="Num Nodes")] = None
     """
     graph tasks: evaluation graph sizes in nodes; default [2n/3, n, 4n/3, 2n] with n = data.num_nodes (those of at least 3 nodes)
     """
     protocol: Annotated[Literal["nonoverlapping", "sliding"], Field(title="Protocol")] = "nonoverlapping"
-    resolutions: Annotated[list[Resolution] | None, Field(title="Resolutions")] = None
+    resolutions: Annotated[Resolutions | None, Field(title="Resolutions")] = None
     """
     image tasks: evaluation resolutions in pixels, multiples of data.patch_size; default [S/2, 3S/4, S, 3S/2, 2S] with S = data.image_size (those that are multiples of the patch)
     """
@@ -404,9 +433,9 @@ class GraphIn(BaseModel):
     """
     false: every edge is traversed both ways
     """
-    edge_features: Annotated[list[EdgeFeature] | list[list[EdgeFeature]] | None, Field(title="Edge Features")] = None
+    edge_features: Annotated[EdgeFeatures | None, Field(title="Edge Features")] = None
     """
-    one categorical id (or a list of ids) per edge, in the order of edges
+    one categorical id (or a list of at most 64 ids) per edge, in the order of edges
     """
     edges: Annotated[list[Edge] | None, Field(max_length=1000000, title="Edges")] = None
     """
@@ -540,7 +569,7 @@ class JobSpec(BaseModel):
     data: DataSpec | None = None
     device: Annotated[Literal["auto", "cpu", "cuda"], Field(title="Device")] = "auto"
     eval: EvalSpec | None = None
-    methods: Annotated[list[MethodRef], Field(min_length=1, title="Methods")]
+    methods: Annotated[list[MethodRef], Field(max_length=32, min_length=1, title="Methods")]
     model: ModelSpec | None = None
     seeds: Annotated[list[Seed] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
     train: TrainSpec | None = None
@@ -619,6 +648,13 @@ class Length(RootModel[int]):
 
 class Length1(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1048576)]
+
+
+class Lengths(RootModel[list[Length1]]):
+    root: Annotated[list[Length1], Field(max_length=64, title="Lengths")]
+    """
+    default [L, 2L, 4L, 8L] with L the training length
+    """
 
 
 class MaxDistance(RootModel[int]):
@@ -702,7 +738,7 @@ class MethodRef(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    method: Annotated[str, Field(title="Method")]
+    method: Annotated[str, Field(max_length=128, title="Method")]
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
 
 
@@ -734,7 +770,7 @@ class ModelSpec(BaseModel):
     """
     image tasks: classify from a CLS token (else mean-pool); graph tasks: add Graphormer's virtual graph token; text models ignore it
     """
-    dim: Annotated[int, Field(ge=8, le=8192, title="Dim")] = 128
+    dim: Annotated[int, Field(ge=8, le=4096, title="Dim")] = 128
     ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
     heads: Annotated[int, Field(ge=1, le=256, title="Heads")] = 4
     layers: Annotated[int, Field(ge=1, le=48, title="Layers")] = 2
@@ -744,14 +780,21 @@ class ModelSpec(BaseModel):
     """
 
 
-class NumNode(RootModel[int]):
-    root: Annotated[int, Field(ge=3, le=256)]
-
-
 class NumNodes(RootModel[int]):
     root: Annotated[int, Field(ge=3, le=256, title="Num Nodes")]
     """
     graph tasks: nodes per training graph (default 12)
+    """
+
+
+class NumNodes1Item(RootModel[int]):
+    root: Annotated[int, Field(ge=3, le=256)]
+
+
+class NumNodes1(RootModel[list[NumNodes1Item]]):
+    root: Annotated[list[NumNodes1Item], Field(max_length=64, title="Num Nodes")]
+    """
+    graph tasks: evaluation graph sizes in nodes; default [2n/3, n, 4n/3, 2n] with n = data.num_nodes (those of at least 3 nodes)
     """
 
 
@@ -849,7 +892,7 @@ class Problem(BaseModel):
     detail: Annotated[str | None, Field(title="Detail")] = None
     errors: Annotated[list[FieldError] | None, Field(title="Errors")] = None
     """
-    field errors of a 422
+    field errors of a 422; for a 413, the fields that drive the size (type 'budget')
     """
     instance: Annotated[str | None, Field(title="Instance")] = None
     limit: Annotated[int | None, Field(title="Limit")] = None
@@ -905,6 +948,13 @@ class RandomTensor(BaseModel):
 
 class Resolution(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1024)]
+
+
+class Resolutions(RootModel[list[Resolution]]):
+    root: Annotated[list[Resolution], Field(max_length=64, title="Resolutions")]
+    """
+    image tasks: evaluation resolutions in pixels, multiples of data.patch_size; default [S/2, 3S/4, S, 3S/2, 2S] with S = data.image_size (those that are multiples of the patch)
+    """
 
 
 class ResolveRequest(BaseModel):

@@ -249,10 +249,15 @@ def test_a_key_at_its_active_jobs_limit_gets_429_naming_it_even_after_a_restart(
 
 
 def expected_cost(steps: int, batch_size: int, length: int) -> int:
-    """train_request's cost, worked out by hand: one method, one seed; a train job evaluates the copy task at
-    its training size n = (length - 3) // 2, samples x (2n + 3) tokens."""
+    """train_request's cost in multiply-adds, worked out by hand: one method, one seed, a model of 1 layer,
+    width 16, feed-forward 4x and at most 256 output classes, so one token at sequence length T costs
+    (4 + 2·4)·16² + 2·T·16 + 256·16 = 7168 + 32·T; training is 3 passes of steps x batch_size x length tokens,
+    and a train job evaluates the copy task at its training size n = (length - 3) // 2, samples x (2n + 3)
+    tokens."""
     size = (length - 3) // 2
-    return steps * batch_size * length + 4 * (2 * size + 3)
+    per_token = 7168 + 32 * length
+    per_eval_token = 7168 + 32 * (2 * size + 3)
+    return 3 * steps * batch_size * length * per_token + 4 * (2 * size + 3) * per_eval_token
 
 
 def test_a_job_over_the_cost_cap_is_413_with_size_limit_and_setting(
@@ -262,7 +267,7 @@ def test_a_job_over_the_cost_cap_is_413_with_size_limit_and_setting(
     huge = client.post("/v1/jobs", json=train_request(steps=10_000_000, batch_size=4096, length=4096), headers=A)
     problem = wire.problem(huge, 413)
     assert problem["size"] == expected_cost(10_000_000, 4096, 4096)
-    assert problem["limit"] == 10**11
+    assert problem["limit"] == 10**15
     assert "POSENC_MAX_JOB_COST" in problem["detail"]
     assert str(problem["size"]) in problem["detail"]
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc.errors import InvalidInput
-from posenc.jobspec import eval_lengths, job_cost, patch_positions, validate_spec
+from posenc.jobspec import eval_lengths, job_tokens, patch_positions, validate_spec
 from posenc.schemas.jobs import ImageTask, JobCreate, JobSpec, TrainSpec
 from posenc.training.evaluate import evaluate_images
 from posenc.training.hooks import NoHooks
@@ -261,11 +261,11 @@ def test_image_specs_accept_the_vision_methods_and_1d_ones() -> None:
     )
 
 
-def test_image_job_cost_counts_patches() -> None:
+def test_image_job_tokens_count_patches() -> None:
     create = JobCreate.model_validate({"kind": "benchmark", "spec": image_spec(["nope", "alibi_2d"]).model_dump()})
     tokens = {8: 4 + 1, 16: 16 + 1, 24: 36 + 1}  # patches + CLS per image
     per_run = 3 * 4 * tokens[16] + 6 * sum(tokens.values())
-    assert job_cost(create) == 2 * per_run
+    assert job_tokens(create) == 2 * per_run
 
 
 def test_image_benchmark_job_end_to_end(tmp_path: Path) -> None:
