@@ -13,9 +13,11 @@ first state, ``apply_rotary_pos_emb`` and ``PELlamaAttention`` for the attention
 The state E = (C, S), each (B, H, N, d), enters layer 0 as RoPE's cos/sin, so layer 0 is RoPE. Each layer
 rotates q and k with it, q' = q⊙C + rotate_half(q)⊙S; the attention weights A then mix it over the tokens,
 E ← E + ρ(A·E), and the feed-forward sublayer mixes it over the heads with a token-dependent gate,
-E ← E + W_down(SiLU(x W_x) ⊙ W_up E). No update acts inside the d features, and each keeps C[..., k] equal to
-C[..., k + d/2] (likewise S), so rotating every (C, S) frequency pair by a fixed angle leaves the logits
-unchanged and commutes with both updates: the equivariance the paper claims.
+E ← E + W_down(SiLU(y W_x) ⊙ W_up E), y = MLP(LN(h)) the sublayer's output before its residual add (the code's
+``LlamaDecoderLayer.forward`` calls ``pe`` after ``mlp``, "this order is important"). No update acts inside
+the d features, and each keeps C[..., k] equal to C[..., k + d/2] (likewise S), so rotating every (C, S)
+frequency pair by a fixed angle leaves the logits unchanged and commutes with both updates: the equivariance
+the paper claims.
 """
 
 from __future__ import annotations
@@ -203,9 +205,11 @@ def _mix_heads(rho: torch.Tensor, mixed: torch.Tensor, mode: RhoMode) -> torch.T
 def tape_state_ffn(params: TapeParams, x: torch.Tensor, state: Any) -> TapeState:
     """E ← E + W_down(SiLU(x W_x) ⊙ W_up E) for C and S: the state after the feed-forward sublayer.
 
-    x (B, N, D) is that sublayer's input; E (B or 1, H, N, d). W_up (P, H) maps the heads to P channels,
-    SiLU(x W_x) (B, N, P) gates each channel per token, W_down (H, P) maps back; nothing acts on d
-    (the code's ``PELayer``). Returned in the state's dtype.
+    x (B, N, D) is that sublayer's output before its residual add, MLP(LN(h)): the code's decoder layer runs
+    ``hidden_states = self.mlp(post_attention_layernorm(h))`` and then ``self.pe(hidden_states, E)`` ("this
+    order is important"; the call on the normalised input is commented out), and adds both residuals after.
+    E (B or 1, H, N, d). W_up (P, H) maps the heads to P channels, SiLU(x W_x) (B, N, P) gates each channel per
+    token, W_down (H, P) maps back; nothing acts on d (the code's ``PELayer``). Returned in the state's dtype.
     """
     if x.dim() != 3:
         raise InvalidInput(("x", "shape"), f"expected (B, N, D_model), got {list(x.shape)}")
@@ -261,7 +265,8 @@ def tape_state_ffn(params: TapeParams, x: torch.Tensor, state: Any) -> TapeState
         "sums ρ over e, so head h of A·E is scaled by the row sum Σ_e ρ[h, e] and heads never mix (the code's "
         "quirk, reproduced); mix: Σ_g ρ[h, g](A·E)_g, the nn.Linear reading [extension]",
         "ffn_update": "E ← E + W_down(SiLU(x W_x) ⊙ W_up E) over the head axis, for C and S alike; x is the "
-        "feed-forward sublayer's input (the code's post_attention_layernorm output); hidden_act silu; "
+        "feed-forward sublayer's output before its residual add (the code's mlp(post_attention_layernorm(h)), "
+        "'this order is important'); hidden_act silu; "
         "w_x = x_proj.weight transposed (D, P), w_up = up_proj.weight (P, H), w_down = down_proj.weight (H, P)",
         "init": "the code's _init_weights: w_x, w_down ~ N(0, 0.02); w_up = 0 and rho = 0, so a fresh model is "
         "RoPE in every layer; w_x and w_down get zero gradient until w_up moves",

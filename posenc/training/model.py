@@ -7,27 +7,36 @@ model calls ``fast_embed`` on the token embeddings and ``layer_attend`` in every
 at the kind. A method the registry marks ``per_layer`` (XL's W_R, FoX's gate projection, Shaw's tables) gets one
 instance of its learned parameters per layer; every other method one shared instance (``pe``).
 
+A method's raw params become its training params through ``training_params``: the registry's
+``training_defaults`` (posenc's choice for training, e.g. FoX's decay-time gate init) fill in the keys the
+job's params leave out; ``training_params_note`` says when they did.
+
 Fixed PE tensors are cached per (length, device) and never saved; learned ones (``MethodSpec.learned``) are
 ``nn.Parameter``s initialised by ``spec.learned_init`` and handed to the method through
 ``params.model_copy(update=...)`` (once; the applier is rebuilt only if the Parameter objects change), so each
 forward runs the method's own formula on them and gradients flow through it.
 
-The non-PE weights are drawn from a private generator seeded by ``seed`` before the PE modules exist, so two
-models with the same seed and different methods start from identical non-PE weights.
+Every draw follows the model's ``seed`` (the run seed). The non-PE weights are drawn from a private generator
+seeded by ``seed`` before the PE modules exist, so two models with the same seed and different methods start
+from identical non-PE weights. Each learned PE instance is initialised from ``pe_init_seed(seed, params.seed,
+layer)``, so the run seed, the method's own ``seed`` param and the layer each change its tables.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+import pydantic
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc.pe import MethodParams, get_method
+from posenc.pe import MethodParams, MethodSpec, get_method
 from posenc.pe.appliers import Applier, Layer, build_applier
+from posenc.schemas.tensors import INT64_MAX
 
 INIT_STD = 0.02  # GPT-2 / nanoGPT initialisation of every linear and embedding weight
 
@@ -59,12 +68,49 @@ class ModelConfig:
 
 
 # ---------------------------------------------------------------------------------------------------- PE
+def training_params(spec: MethodSpec, raw_params: dict[str, Any] | None) -> dict[str, Any]:
+    """The raw params a training model builds ``spec`` with: the job's own, plus ``spec.training_defaults`` for
+    the keys they leave out. The defaults apply all together or not at all: where a key the job gives conflicts
+    with them (FoX's ``fgate_bias_init: false`` with the default decay times), the job's params are used as given,
+    so its keys always win. Params that are invalid either way are returned as given (parsing then names the
+    job's error)."""
+    given = dict(raw_params or {})
+    missing = {key: value for key, value in spec.training_defaults.items() if key not in given}
+    if not missing:
+        return given
+    filled = {**given, **missing}
+    try:
+        spec.parse_params(filled)
+    except pydantic.ValidationError:
+        return given
+    return filled
+
+
+def training_params_note(spec: MethodSpec, raw_params: dict[str, Any] | None) -> str | None:
+    """``spec.training_note`` when ``training_params`` filled in its training defaults, else None (the job gave
+    those keys itself, or gave one that conflicts): what a job reports next to the params it was given."""
+    applied = training_params(spec, raw_params) != dict(raw_params or {})
+    return spec.training_note if applied else None
+
+
+def pe_init_seed(run_seed: int, params_seed: int, layer: int) -> int:
+    """The seed a learned PE instance draws its initial tensors from: the first 8 bytes of
+    BLAKE2b("posenc-pe-init:{run_seed}:{params_seed}:{layer}") as an integer, masked to [0, 2^63 − 1] (a
+    ``Seed``). Any change of the run seed, the method's ``params.seed`` or the layer index gives an unrelated
+    seed, without the collisions of a sum (run 0 at params.seed 1 is not run 1 at params.seed 0)."""
+    text = f"posenc-pe-init:{run_seed}:{params_seed}:{layer}".encode()
+    digest = hashlib.blake2b(text, digest_size=8).digest()
+    return int.from_bytes(digest, "little") & INT64_MAX
+
+
 class PositionalEncoding(nn.Module):
     """One instance of a registered method in a model: its learned parameters, and the applier built on them.
 
+    ``raw_params`` become ``training_params(spec, raw_params)`` (the registry's training defaults filled in).
     Learned methods are initialised for ``init_tokens`` tokens (on ``init_grid`` for multi-axis methods) by the
-    method's ``learned_init``; ``seed_offset`` shifts the seed of per-layer instances, so the layers do not start
-    identical. ``learned=False`` holds no weights (the shared instance of a per-layer method).
+    method's ``learned_init``, from ``pe_init_seed(run_seed, params.seed, layer_index)``: the run's seed, the
+    method's seed and the layer (per-layer instances do not start identical) each change the initial tensors.
+    ``learned=False`` holds no weights (the shared instance of a per-layer method).
     """
 
     def __init__(
@@ -75,12 +121,13 @@ class PositionalEncoding(nn.Module):
         *,
         init_tokens: int,
         init_grid: tuple[int, ...] | None = None,
-        seed_offset: int = 0,
+        run_seed: int = 0,
+        layer_index: int = 0,
         learned: bool = True,
     ) -> None:
         super().__init__()
         self.spec = get_method(method)
-        self.params: MethodParams = self.spec.parse_params(raw_params)
+        self.params: MethodParams = self.spec.parse_params(training_params(self.spec, raw_params))
         self.layer = layer
         self.learned = nn.ParameterDict()
         self._cache: dict[Any, Any] = {}
@@ -88,11 +135,11 @@ class PositionalEncoding(nn.Module):
         if self.spec.learned and learned:
             if self.spec.learned_init is None:
                 raise ValueError(f"{method!r} is learned but has no learned_init, so it cannot be trained")
-            params = self.params
-            if seed_offset and "seed" in type(params).model_fields:
-                params = params.model_copy(update={"seed": int(getattr(params, "seed", 0)) + seed_offset})
-            init_context = build_applier(self.spec, params, layer).init_context(init_tokens, init_grid)
-            for name, tensor in self.spec.learned_init(params, init_context).items():
+            if "seed" in type(self.params).model_fields:  # every draw from the method's seed follows the run's
+                seed = pe_init_seed(run_seed, int(getattr(self.params, "seed", 0)), layer_index)
+                self.params = self.params.model_copy(update={"seed": seed})
+            init_context = build_applier(self.spec, self.params, layer).init_context(init_tokens, init_grid)
+            for name, tensor in self.spec.learned_init(self.params, init_context).items():
                 self.learned[name] = nn.Parameter(torch.as_tensor(tensor, dtype=torch.float32).clone())
 
     def applier(self, layer: Layer | None = None) -> Applier:
@@ -120,26 +167,47 @@ class PositionalEncoding(nn.Module):
 
 
 def attach_positional_encodings(
-    blocks: nn.ModuleList, method: str, raw_params: dict[str, Any], layer: Layer, **init: Any
+    blocks: nn.ModuleList,
+    method: str,
+    raw_params: dict[str, Any],
+    layer: Layer,
+    *,
+    seed: int | None = None,
+    **init: Any,
 ) -> PositionalEncoding:
     """The model's shared instance of ``method``, and each block's own (``block.pe``) when the registry marks it
     ``per_layer``; then the shared one holds no weights and only embeds and starts the position state. Call it
-    after the non-PE weights are drawn, so they do not depend on the method."""
+    after the non-PE weights are drawn, so they do not depend on the method. ``seed`` is the run seed the learned
+    tables follow; None takes the one ``init_weights`` recorded on the blocks."""
+    run_seed = seed if seed is not None else _recorded_seed(blocks)
     per_layer = get_method(method).per_layer
-    shared = PositionalEncoding(method, raw_params, layer, learned=not per_layer, **init)
+    shared = PositionalEncoding(method, raw_params, layer, learned=not per_layer, run_seed=run_seed, **init)
     if per_layer:
         for index, block in enumerate(blocks):
-            block.pe = PositionalEncoding(method, raw_params, layer, seed_offset=index, **init)
+            block.pe = PositionalEncoding(method, raw_params, layer, run_seed=run_seed, layer_index=index, **init)
     return shared
+
+
+def _recorded_seed(blocks: nn.ModuleList) -> int:
+    """The run seed ``init_weights`` drew the blocks' weights from (the same for every block)."""
+    seeds = {block.run_seed for block in blocks if isinstance(block, Block)}
+    if len(seeds) != 1 or None in seeds:
+        raise ValueError("draw the blocks' weights with init_weights (or pass seed) before attaching the PE")
+    recorded = seeds.pop()
+    assert recorded is not None
+    return recorded
 
 
 def init_weights(model: nn.Module, seed: int, layers: int) -> None:
     """N(0, 0.02) weights (residual outputs scaled by 1/√(2L), GPT-2), zero biases, unit LayerNorms, drawn in
-    module order from a generator seeded by ``seed``."""
+    module order from a generator seeded by ``seed``; ``seed`` is recorded on every ``Block`` (``run_seed``), for
+    ``attach_positional_encodings``."""
     generator = torch.Generator().manual_seed(seed)
     residual_std = INIT_STD / math.sqrt(2 * layers)
     with torch.no_grad():
         for name, module in model.named_modules():
+            if isinstance(module, Block):
+                module.run_seed = seed
             if isinstance(module, nn.Linear | nn.Embedding | nn.Conv2d):
                 std = residual_std if name.endswith(("attn.out", "ffn_out")) else INIT_STD
                 module.weight.normal_(0.0, std, generator=generator)
@@ -166,7 +234,9 @@ class LayerPE(Protocol):
         pos: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]: ...
 
-    def update_state(self, x: torch.Tensor, state: Any) -> Any: ...
+    def update_state(self, x: torch.Tensor, state: Any) -> Any:
+        """The state after the feed-forward sublayer; ``x`` (B, T, D) is that sublayer's output FFN(LN(x)),
+        before the residual add."""
 
 
 class SelfAttention(nn.Module):
@@ -200,18 +270,24 @@ class Block(nn.Module):
         self.ffn_in = nn.Linear(dim, ffn_mult * dim)
         self.ffn_out = nn.Linear(ffn_mult * dim, dim)
         self.pe: PositionalEncoding | None = None  # this layer's own instance, for per-layer methods
+        self.run_seed: int | None = None  # the seed init_weights drew the weights from
 
     def forward(
         self, x: torch.Tensor, pe: LayerPE, state: Any, pos: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, Any]:
         """The block's output, and the position state of a model-coupled method (None for the others). ``pe``
         is this layer's applier: built on ``self.pe`` for a ``per_layer`` method, else the model's shared one
-        (``block_pe``)."""
+        (``block_pe``).
+
+        A model-coupled method's state is updated from the feed-forward sublayer's output FFN(LN(x)) before the
+        residual add, as TAPE's code does (``VITA-Group/TAPE``, ``models/llama/adape.py``,
+        ``LlamaDecoderLayer.forward``: ``h = mlp(post_attention_layernorm(h))``, then ``pe(h, E)``, marked "this
+        order is important"; the residuals of h and E are added after)."""
         attended, state = self.attn(self.attn_norm(x), pe, state, pos)
         x = x + attended
-        ffn_input = self.ffn_norm(x)
-        state = pe.update_state(ffn_input, state)  # TAPE: the state's own feed-forward update
-        out: torch.Tensor = x + self.ffn_out(F.gelu(self.ffn_in(ffn_input)))
+        ffn = self.ffn_out(F.gelu(self.ffn_in(self.ffn_norm(x))))  # (B, T, D): FFN(LN(x)), before the residual add
+        state = pe.update_state(ffn, state)  # TAPE: E ← E + W_down(SiLU(FFN W_x) ⊙ W_up E)
+        out: torch.Tensor = x + ffn
         return out, state
 
 
@@ -235,7 +311,7 @@ class TinyTransformer(nn.Module):
             num_heads=config.heads, head_dim=config.head_dim, causal=True, model_dim=config.dim, pairing=config.pairing
         )
         self.pe = attach_positional_encodings(
-            self.blocks, config.method, config.params, layer, init_tokens=config.train_length
+            self.blocks, config.method, config.params, layer, seed=seed, init_tokens=config.train_length
         )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

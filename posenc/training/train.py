@@ -1,8 +1,10 @@
 """The training loop: AdamW, linear warmup then cosine decay to 10%, gradient clipping at 1.0.
 
 Deterministic from the seed: the weights come from ``build_model(config, seed)`` (the text transformer, the
-ViT for a ``ViTConfig``, the graph transformer for a ``GraphModelConfig``) and every batch from
-one ``torch.Generator`` seeded from the same seed. Every ``checkpoint_every`` steps (and at the end) the whole
+ViT for a ``ViTConfig``, the graph transformer for a ``GraphModelConfig``; the non-PE weights and every learned
+PE table follow the seed, see ``posenc.training.model``), every batch from one ``torch.Generator`` seeded from
+the same seed, and torch's global generator (what draws without a generator of its own) is seeded from it at the
+start of a run. Every ``checkpoint_every`` steps (and at the end) the whole
 state (model, optimizer, scheduler, step, RNG states, loss history) is written atomically to
 ``checkpoint_dir/train_state.pt``; a run restarted with the same directory continues from there and, on the
 CPU, ends bit-identical to an uninterrupted run. Hooks are called every step: ``should_cancel`` before the
@@ -33,6 +35,7 @@ FINAL_LR_FRACTION = 0.1
 ADAM_BETAS = (0.9, 0.99)  # nanoGPT's shakespeare_char setting for small char-level models
 GRAD_CLIP = 1.0
 DATA_SEED_OFFSET = 0x5EED  # the batch stream is seeded apart from the weight draw
+GLOBAL_SEED_OFFSET = 0x610BA1  # torch's global generator, apart from both
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ def train(
         optimizer, lambda step: lr_factor(step, spec.warmup_steps, spec.steps)
     )
     generator = torch.Generator().manual_seed(seed + DATA_SEED_OFFSET)
+    torch.manual_seed(seed + GLOBAL_SEED_OFFSET)  # a resumed run restores its saved state below
     losses: list[float] = []
     start_step = 0
     fingerprint = _fingerprint(config, seed, spec)

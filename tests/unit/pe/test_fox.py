@@ -17,6 +17,7 @@ from posenc.pe.fox import FoxParams, decay_bias_init, fox_learned_init
 from posenc.pe.registry import get_method
 from posenc.pe.types import LayerInputs, ScoreContext
 from posenc.schemas.methods import Kind
+from posenc.training.model import Block, ModelConfig, TinyTransformer, training_params, training_params_note
 
 SPEC = get_method("fox")
 HEADS, HEAD_DIM = 2, 3
@@ -286,3 +287,58 @@ def test_errors() -> None:
     ):
         with pytest.raises(pydantic.ValidationError):
             SPEC.parse_params(bad)
+
+
+# ------------------------------------------------------------------------------------- training defaults
+def test_training_defaults_fill_only_the_keys_a_job_leaves_out() -> None:
+    assert SPEC.training_defaults == {"fgate_bias_init": True, "decay_time_min": 4.0, "decay_time_max": 64.0}
+    assert "posenc's training default" in SPEC.training_note
+    shown = SPEC.info().conventions["training_defaults"]  # GET /v1/methods
+    assert SPEC.training_note in shown
+    assert "fgate_bias_init=true" in shown
+    paper_defaults = SPEC.parse_params({})
+    assert isinstance(paper_defaults, FoxParams)
+    assert paper_defaults.fgate_bias_init is False  # compute routes keep the authors' defaults
+
+    assert training_params(SPEC, {}) == SPEC.training_defaults
+    assert training_params(SPEC, None) == SPEC.training_defaults
+    assert training_params_note(SPEC, {}) == SPEC.training_note
+    # the job's keys win; the authors' init drops the default decay times (they are read only with the init)
+    assert training_params(SPEC, {"fgate_bias_init": False}) == {"fgate_bias_init": False}
+    assert training_params_note(SPEC, {"fgate_bias_init": False}) is None
+    assert training_params(SPEC, {"decay_time_max": 128.0, "seed": 5}) == {
+        "decay_time_max": 128.0,
+        "seed": 5,
+        "fgate_bias_init": True,
+        "decay_time_min": 4.0,
+    }
+    assert training_params(SPEC, {"fgate_type": "none"}) == {"fgate_type": "none"}  # 'none' has no gate bias
+    given = {"fgate_bias_init": True, "decay_time_min": 2.0, "decay_time_max": 8.0}
+    assert training_params(SPEC, given) == given
+    assert training_params_note(SPEC, given) is None
+    assert training_params(get_method("t5"), {"seed": 1}) == {"seed": 1}  # no training defaults
+    raw = {"seed": 2}
+    training_params(SPEC, raw)
+    assert raw == {"seed": 2}  # the job's params are not changed
+
+
+def fox_model(**params: Any) -> TinyTransformer:
+    config = ModelConfig(vocab_size=11, layers=2, dim=16, heads=4, method="fox", params=params, train_length=8)
+    return TinyTransformer(config, seed=0)
+
+
+def test_a_training_model_starts_from_the_decay_time_init_unless_told_otherwise() -> None:
+    for block in fox_model().blocks:
+        assert isinstance(block, Block)
+        assert block.pe is not None
+        expected = decay_bias_init(4, 4.0, 64.0).to(torch.float32)
+        torch.testing.assert_close(block.pe.learned["b_f"].detach(), expected, rtol=0, atol=0)
+    for block in fox_model(fgate_bias_init=False).blocks:  # the authors' init: fgate_proj.bias = 0
+        assert isinstance(block, Block)
+        assert block.pe is not None
+        assert torch.equal(block.pe.learned["b_f"].detach(), torch.zeros(4))
+    for block in fox_model(decay_time_max=16.0).blocks:
+        assert isinstance(block, Block)
+        assert block.pe is not None
+        expected = decay_bias_init(4, 4.0, 16.0).to(torch.float32)
+        torch.testing.assert_close(block.pe.learned["b_f"].detach(), expected, rtol=0, atol=0)

@@ -415,3 +415,50 @@ def test_model_gradients_and_causality() -> None:
         again = model(changed)
     torch.testing.assert_close(again[:, :5], logits.detach()[:, :5], rtol=0, atol=1e-6)
     assert (again[:, 5:] - logits.detach()[:, 5:]).abs().max() > 1e-6
+
+
+class RecordingPE:
+    """A block's ``LayerPE`` around a real applier that records the tensor the block hands to update_state."""
+
+    def __init__(self, applier: Any) -> None:
+        self.applier = applier
+        self.handed: list[torch.Tensor] = []
+
+    def layer_attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> Any:
+        return self.applier.layer_attend(q, k, v, **kwargs)
+
+    def update_state(self, x: torch.Tensor, state: Any) -> Any:
+        self.handed.append(x.detach().clone())
+        return self.applier.update_state(x, state)
+
+
+def test_the_block_updates_the_state_from_the_ffn_output() -> None:
+    """The code's decoder layer runs h = mlp(post_attention_layernorm(h)), then pe(h, E) ("this order is
+    important"), then the residual adds: the state update reads the FFN's output before the residual add, not
+    the FFN's normalised input."""
+    model = tiny("tape")
+    block = model.blocks[0]
+    assert isinstance(block, Block)
+    assert block.pe is not None
+    with torch.no_grad():  # w_up != 0, so that the update depends on what it reads
+        for offset, parameter in enumerate(block.pe.learned.values()):
+            parameter.copy_(randn(*parameter.shape, seed=80 + offset) * 0.3)
+    outputs: list[torch.Tensor] = []
+
+    def record(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+        outputs.append(output.detach().clone())
+
+    hook = block.ffn_out.register_forward_hook(record)
+    recorder = RecordingPE(block.pe.applier())
+    x = randn(2, 8, 16, seed=81, dtype=torch.float32)
+    with torch.no_grad():
+        out, state = block(x, recorder, model.pe.applier().initial_state(2, 8, x.device))
+    hook.remove()
+    (handed,) = recorder.handed
+    (ffn,) = outputs  # (B, T, D): ffn_out(GELU(ffn_in(LN(h)))), h = x + Attn(LN(x))
+    assert handed.shape == (2, 8, 16)
+    assert torch.equal(handed, ffn)
+    assert isinstance(state, TapeState)
+    with torch.no_grad():
+        normalised_input = block.ffn_norm(out - ffn)  # LN(h): what the update read before
+    assert not torch.allclose(handed, normalised_input, atol=1e-3)

@@ -10,7 +10,9 @@ import torch
 from posenc.errors import InvalidInput
 from posenc.pe import get_method
 from posenc.training import model as model_module
-from posenc.training.model import ModelConfig, TinyTransformer, count_parameters
+from posenc.training.graph_task import GraphModelConfig, GraphTransformer
+from posenc.training.model import Block, ModelConfig, TinyTransformer, count_parameters, pe_init_seed
+from posenc.training.vit import VisionTransformer, ViTConfig
 
 VOCAB = 11
 
@@ -108,10 +110,11 @@ def test_per_layer_methods_get_one_instance_per_layer_and_shared_ones_one() -> N
     state = per_layer.state_dict()
     first, second = state["blocks.0.pe.learned.w_r"], state["blocks.1.pe.learned.w_r"]
     assert first.shape == second.shape == (16, 16)  # W_R: Linear(D, H·d_head)
-    assert not torch.equal(first, second)  # layer l draws from seed + l
+    assert not torch.equal(first, second)  # layer l draws from pe_init_seed(run seed, params.seed, l)
     ids = torch.randint(0, VOCAB, (2, 9))
     per_layer(ids).sum().backward()
     for block in per_layer.blocks:
+        assert isinstance(block, Block)
         assert block.pe is not None
         assert block.pe.learned["w_r"].grad is not None
     assert not [name for name in state if name.startswith("pe.")], "the shared instance holds no unused weights"
@@ -132,3 +135,55 @@ def test_content_methods_train_and_stay_causal(method: str) -> None:
     learned = [p for name, p in model.named_parameters() if "pe.learned" in name]
     assert learned, "the method's weights are model parameters"
     assert all(torch.isfinite(p.grad).all() for p in learned if p.grad is not None)
+
+
+# ------------------------------------------------------------------------------------------ seeds
+def pe_tables(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The learned PE tensors of a model by state-dict name: the shared instance's and every layer's."""
+    return {name: tensor for name, tensor in model.state_dict().items() if "pe.learned." in name}
+
+
+# the tensors each method draws at random (the others are fixed inits: zeros, FoX's decay-time b_f)
+DRAWN = {
+    "fox": ("w_f",),
+    "t5": ("table",),
+    "tape": ("w_x", "w_down"),
+    "transformer_xl": ("w_r",),
+    "fire": ("mlp_w1", "mlp_b1", "mlp_w2", "mlp_b2"),
+}
+
+
+@pytest.mark.parametrize("method", sorted(DRAWN))
+def test_the_run_seed_changes_every_drawn_pe_table(method: str) -> None:
+    """Two runs with different seeds start from different PE tables, the same seed from identical ones, and the
+    method's own params.seed still changes them."""
+    first, again, other = (pe_tables(TinyTransformer(tiny_config(method), seed=seed)) for seed in (0, 0, 1))
+    own_seed = pe_tables(TinyTransformer(tiny_config(method, seed=7), seed=0))
+    drawn = [name for name in first if name.rsplit(".", 1)[-1] in DRAWN[method]]
+    assert drawn, sorted(first)
+    assert first.keys() == again.keys() == other.keys() == own_seed.keys()
+    for name, tensor in first.items():
+        assert torch.equal(tensor, again[name]), name
+    for name in drawn:
+        assert not torch.equal(first[name], other[name]), name
+        assert not torch.equal(first[name], own_seed[name]), name
+
+
+def test_pe_init_seeds_mix_run_seed_params_seed_and_layer() -> None:
+    seeds = {pe_init_seed(run, own, layer) for run in (0, 1, -1) for own in (0, 1) for layer in (0, 1)}
+    assert len(seeds) == 12  # no sum-like collisions (run 0 at params.seed 1 vs run 1 at params.seed 0)
+    assert all(0 <= seed < 2**63 for seed in seeds)
+    assert pe_init_seed(2**63 - 1, 2**63 - 1, 47) < 2**63
+    assert pe_init_seed(3, 4, 5) == pe_init_seed(3, 4, 5)
+
+
+def test_vit_and_graph_models_follow_the_run_seed() -> None:
+    """Models that attach their PE without passing the seed take the one init_weights drew their blocks from."""
+    vit = ViTConfig(num_classes=3, image_size=16, patch_size=4, layers=2, dim=16, heads=2, method="vit_learned")
+    graph = GraphModelConfig(layers=2, dim=16, heads=2, method="graphormer", train_nodes=8)
+    for build in (lambda seed: VisionTransformer(vit, seed), lambda seed: GraphTransformer(graph, seed)):
+        first, again, other = (pe_tables(build(seed)) for seed in (0, 0, 1))
+        assert first
+        for name, tensor in first.items():
+            assert torch.equal(tensor, again[name]), name
+        assert any(not torch.equal(tensor, other[name]) for name, tensor in first.items())
