@@ -1,0 +1,87 @@
+"""bench/gpu_check.py (issue 24) on the CPU: every part runs at reduced sizes, and without CUDA the default
+``--device cuda`` refuses at once.
+
+The first test is the script's own CPU run, ``--device cpu --quick``: a real redis-server, gateway and Celery
+worker, a train and a benchmark job over HTTP, and every timing part at small sizes (about 45 s on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "gpu_check.py"
+PARTS = ("tests", "jobs", "flex", "rotary", "bias", "train", "vit")
+
+
+def run_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("POSENC_")}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_every_part_runs_on_the_cpu_at_reduced_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    finished = run_script(str(out), "--device", "cpu", "--quick", "--threads", "1", timeout=400)
+    assert finished.returncode == 0, f"stdout:\n{finished.stdout[-6000:]}\nstderr:\n{finished.stderr[-6000:]}"
+
+    report = (out / "gpu_check.md").read_text(encoding="utf-8")
+    assert report in finished.stdout  # the printed table is the file's
+    assert "device: cpu: " in report
+    assert f"torch {torch.__version__}" in report
+    for part in PARTS:
+        assert f"| {part} | ok |" in report, f"no ok row for {part}:\n{report}"
+    assert "FAILED" not in report
+
+    record = json.loads((out / "gpu_check.json").read_text(encoding="utf-8"))
+    assert record["device"]["device"] == "cpu"
+    parts = {part["name"]: part for part in record["parts"]}
+    assert list(parts) == list(PARTS)
+    assert all(part["status"] == "ok" for part in parts.values())
+
+    tests = parts["tests"]["details"]["counts"]
+    assert tests["skipped"] > 0
+    assert tests["failed"] == tests["errors"] == 0
+
+    jobs = parts["jobs"]["details"]
+    train, benchmark = jobs["train_job"], jobs["benchmark_job"]
+    assert (train["kind"], train["status"], train["result"]["device"]) == ("train", "succeeded", "cpu")
+    assert (benchmark["kind"], benchmark["status"], benchmark["result"]["device"]) == ("benchmark", "succeeded", "cpu")
+    assert {row["method"] for row in benchmark["result"]["table"]} == {"rope", "alibi"}
+    assert jobs["cpu_reference"]["final_loss"] == pytest.approx(train["result"]["final_loss"], rel=0.05)
+
+    flex = [row for row in parts["flex"]["rows"] if row["name"].startswith("flex fwd ") and row["ratio"]]
+    assert flex, "FlexAttention's forward ran for no method"
+    assert all("max abs diff out" in row["note"] for row in flex)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: the script would run")
+def test_without_cuda_it_refuses_at_once_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    began = time.monotonic()
+    finished = run_script(str(out), timeout=60)
+    elapsed = time.monotonic() - began
+    assert finished.returncode == 2
+    assert finished.stderr.strip().splitlines() == [
+        "no CUDA device: torch.cuda.is_available() is False; run with --device cpu to exercise the script on the CPU"
+    ]
+    assert finished.stdout == ""
+    assert not out.exists()
+    assert elapsed < 10
