@@ -302,18 +302,18 @@ def junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
 def job_spec(check: Check, methods: Sequence[str], device: str) -> dict[str, Any]:
     """A small job on the synthetic copy task (no corpus file): its losses are comparable across devices."""
     job = check.sizes.job
+    size = max(1, (job.length - 3) // 2)  # items: a copy instance of n items is 2n + 3 tokens
     return {
         "methods": [{"method": method} for method in methods],
-        "data": {"task": "copy"},
+        "data": {"task": "copy", "size": size},
         "model": {"layers": job.layers, "dim": job.dim, "heads": job.heads},
         "train": {
-            "length": job.length,
             "steps": job.steps,
             "batch_size": job.batch,
             "warmup_steps": 5,
             "checkpoint_every": job.steps,
         },
-        "eval": {"samples": job.samples, "lengths": [8]},
+        "eval": {"samples": job.samples, "sizes": [size]},
         "seeds": [0],
         "device": device,
     }

@@ -1,6 +1,6 @@
-"""The README's methods and settings tables, generated from the registry and the Settings model:
-``python -m posenc.catalogue`` prints both, ``python -m posenc.catalogue --write README.md`` puts them in place.
-A test compares them with README.md, so neither can drift.
+"""The README's methods, tasks and settings tables, generated from the method registry, the task families and
+the Settings model: ``python -m posenc.catalogue`` prints them, ``python -m posenc.catalogue --write README.md``
+puts them in place. A test compares them with README.md, so none can drift.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from posenc.settings import Settings
 
 METHODS_MARKERS = ("<!-- methods-table:begin -->", "<!-- methods-table:end -->")
 SETTINGS_MARKERS = ("<!-- settings-table:begin -->", "<!-- settings-table:end -->")
+TASKS_MARKERS = ("<!-- tasks-table:begin -->", "<!-- tasks-table:end -->")
 
 
 _URL = re.compile(r"(https?://[^\s;)]+)")
@@ -37,6 +38,30 @@ def methods_table() -> str:
     return "\n".join(lines)
 
 
+def tasks_table() -> str:
+    """Every task of every family: its unit, where a spec gives its sizes, the metric, what it is; then the
+    suites."""
+    from posenc.tasks import FAMILIES
+    from posenc.tasks.suites import SUITES
+
+    lines = [
+        "| task | family | unit | training size | evaluation sizes | metric | what it is |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for family in FAMILIES:
+        sizes = f"`{'.'.join(map(str, family.train_field))}` | `{'.'.join(map(str, family.eval_field))}`"
+        for task in family.task_names() or ("(`data.corpus`)",):
+            name = task if task.startswith("(") else f"`{task}`"
+            lines.append(
+                f"| {name} | {family.name} | {family.unit} | {sizes} | {family.metric} | {_cell(family.about(task))} |"
+            )
+    lines += ["", "| suite | tasks | sized for |", "|---|---|---|"]
+    for name, suite in SUITES.items():
+        tasks = ", ".join(f"`{task['data']['task']}`" for task in suite.tasks)
+        lines.append(f"| `{name}` | {tasks} | {_cell(suite.budget)} |")
+    return "\n".join(lines)
+
+
 def settings_table() -> str:
     lines = ["| environment variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
@@ -47,7 +72,7 @@ def settings_table() -> str:
 
 def blocks() -> dict[tuple[str, str], str]:
     """Each README block (between its markers) and what it must contain."""
-    return {METHODS_MARKERS: methods_table(), SETTINGS_MARKERS: settings_table()}
+    return {METHODS_MARKERS: methods_table(), TASKS_MARKERS: tasks_table(), SETTINGS_MARKERS: settings_table()}
 
 
 def update_readme(path: Path) -> None:

@@ -26,6 +26,8 @@ Keys (all under ``posenc:``):
 - ``worker:{instance}:alive`` set with a TTL by the worker's heartbeat (and on every take); one instance per
   worker *process* (hostname plus a per-start token), so a restarted worker with the same hostname is not
   mistaken for the one that died
+- ``jobs:parked``         zset id -> when it was last woken (ms; 0: not since it parked) of every benchmark that
+  fanned out and waits for its runs (see "Benchmarks that fan out" below)
 
 Two keys belong to kombu's Redis transport (Celery's broker), not to posenc: ``unacked`` (hash delivery tag ->
 JSON [message, exchange, routing key]) and ``unacked_index`` (zset delivery tag -> time taken). The recovery
@@ -34,6 +36,22 @@ sweep reads them, and removes only entries whose job is terminal (see :meth:`Job
 Every transition that must happen once (create, claim, finish, cancel, requeue) is a Lua script, so it is
 atomic and the checks (status, lease, fence, the owner's count) and the write cannot interleave with another
 process.
+
+Benchmarks that fan out: a benchmark of several (method, seed) runs is a *parent* job whose runs are *child*
+jobs, each a job of its own (claim and fence, lease, every sweep, the attempt cap), so the guarantees above hold
+for each run. The parent's first attempt creates the children and *parks* (:meth:`JobStore.park`, one script):
+one record per distinct run (``parent``: the parent's id, ``run``: its method label, index and seed, the
+parent's spec, owner and queue), listed in the parent's ``children`` field; the parent stays ``running`` but
+gives up its lease and leaves ``jobs:active`` (no lease sweep for it) for ``jobs:parked``. Children are not in
+the listing indexes nor in their owner's active set (the parent is the one job that counts). When a child ends
+it calls :meth:`JobStore.child_ended` (one script): a child that failed or was cancelled cancels its open
+siblings, and once every child has ended the parent is *woken* (its wake time set; one caller wins) and that
+caller publishes it. Its next attempt finds every child ended (:meth:`JobStore.park` answers ``ready``) and
+puts the runs together. A wake lost (the waker died before publishing, the message lost) is redone by the sweep
+(:meth:`JobStore.wake_parent`) once ``job_publish_grace_s`` has passed with the parent's message nowhere. An
+attempt that ended by parking does not count against the attempt cap (``parked_attempts``). Cancelling the
+parent cancels its queued children at once and flags the running ones; the parent ends cancelled when the last
+has ended (at once if none was running). Each record carries the ``priority`` its message is published with.
 
 Owners: a job belongs to the API key that created it, recorded as the field ``owner`` (a prefix of the key's
 SHA-256 digest, never the key; ``anonymous`` without keys; a record without the field is ``anonymous``). Every
@@ -60,7 +78,7 @@ from typing import Any, Literal
 import redis
 from kombu.transport import redis as kombu_redis
 
-from posenc.schemas.jobs import TERMINAL_STATUSES, Artifact, Job, JobProgress
+from posenc.schemas.jobs import TERMINAL_STATUSES, Artifact, Job, JobChild, JobProgress
 from posenc.settings import Settings
 
 PREFIX = "posenc:"
@@ -73,6 +91,9 @@ WORKERS_INFO_KEY = PREFIX + "workers:info"
 TAKEN_KEY = PREFIX + "jobs:taken"
 # queued jobs, scored by when their message was last (re)published (ms): the lost-message sweep's candidates
 QUEUED_KEY = PREFIX + "jobs:queued"
+# benchmarks waiting for their runs, scored by when they were last woken (ms; 0: not woken since they parked)
+PARKED_KEY = PREFIX + "jobs:parked"
+THROUGHPUT_KEY = PREFIX + "throughput"  # hash: queue -> multiply-adds per second, a moving average
 # kombu's Redis transport keeps every delivered, unacknowledged message here (its defaults: Celery's
 # configuration in workers.app sets no global_keyprefix and no other names).
 KOMBU_UNACKED_KEY = "unacked"
@@ -152,6 +173,62 @@ local function release_slot(record, job_id)
 end
 """
 
+# A benchmark that fanned out (its record, KEYS-wise, passed in) and its children, whose keys derive from the
+# ids in its ``children`` field (not declared in KEYS, like the owner's set above). Needs _TERMINAL_LUA.
+_FAMILY_LUA = f"""
+local function children_of(record)
+  local raw = redis.call('HGET', record, 'children')
+  if not raw then return nil end
+  local ids = {{}}
+  for _, child in ipairs(cjson.decode(raw)) do ids[#ids + 1] = child['id'] end
+  return ids
+end
+local function open_children(ids)
+  local open = 0
+  for _, id in ipairs(ids) do
+    local status = redis.call('HGET', '{PREFIX}job:' .. id, 'status')
+    if status and not terminal[status] then open = open + 1 end
+  end
+  return open
+end
+-- queued children end cancelled at once; running ones get their cancel flag (once) and stop within a few steps
+local function stop_children(ids, now, ttl, why)
+  for _, id in ipairs(ids) do
+    local child = '{PREFIX}job:' .. id
+    local status = redis.call('HGET', child, 'status')
+    if status == 'queued' then
+      redis.call('SET', child .. ':cancel', '1', 'EX', ttl)
+      redis.call('HSET', child, 'status', 'cancelled', 'finished_at', now, 'updated_at', now)
+      redis.call('SREM', '{ACTIVE_KEY}', id)
+      redis.call('ZREM', '{QUEUED_KEY}', id)
+      redis.call('RPUSH', child .. ':events', 'cancelled while queued (' .. why .. ')|' .. now)
+    elseif status and not terminal[status] and redis.call('EXISTS', child .. ':cancel') == 0 then
+      redis.call('SET', child .. ':cancel', '1', 'EX', ttl)
+      redis.call('RPUSH', child .. ':events', 'cancel requested (' .. why .. ')|' .. now)
+    end
+  end
+end
+-- A parked parent whose children have all ended is woken once per grace: the caller publishes it.
+local function wake(parked, record, lease, events, job_id, now_ms, grace_ms, now, priority)
+  local woken = redis.call('ZSCORE', parked, job_id)
+  if not woken then return 'gone' end
+  local status = redis.call('HGET', record, 'status')
+  if not status or terminal[status] then
+    redis.call('ZREM', parked, job_id)
+    return 'gone'
+  end
+  if redis.call('EXISTS', lease) == 1 then return 'held' end
+  local ids = children_of(record)
+  if ids and open_children(ids) > 0 then return 'open' end
+  woken = tonumber(woken)
+  if woken > 0 and woken > tonumber(now_ms) - tonumber(grace_ms) then return 'recent' end
+  redis.call('ZADD', parked, now_ms, job_id)
+  redis.call('HSET', record, 'priority', priority, 'updated_at', now)
+  redis.call('RPUSH', events, 'woken: every run has ended|' .. now)
+  return 'woken'
+end
+"""
+
 # KEYS: record tomb events index unpublished owner_index owner_active queued
 # ARGV: job_id now now_ms ttl_s tomb_json max_active(0: no limit) horizon_ms tomb_ttl_s field value...
 # Returns {'created'} or {'limit', active}. Before counting, ids whose record ended or expired leave the set.
@@ -179,21 +256,26 @@ return {{'created'}}
 """
 )
 
-# KEYS: record lease fence active events cancel tomb taken queued
+# KEYS: record lease fence active events cancel tomb taken queued parked
 # ARGV: now worker lease_ms max_attempts job_id ttl_s tomb_ttl_s
 # Whatever the outcome, the message reached its task: the taken marker's job is done (from here the lease, or
-# the job's end, says what happens next).
+# the job's end, says what happens next), and a parked benchmark is parked no longer (its attempt parks it
+# again if runs are still open). A benchmark with children is not cancelled here: its attempt ends it once its
+# runs have ended. Attempts that ended by parking do not count against the cap.
 _CLAIM = (
     _TERMINAL_LUA
     + _RELEASE_SLOT_LUA
+    + _FAMILY_LUA
     + """
 redis.call('HDEL', KEYS[8], ARGV[5])
 redis.call('ZREM', KEYS[9], ARGV[5])
+redis.call('ZREM', KEYS[10], ARGV[5])
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if terminal[status] then return {'terminal', status} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
-if redis.call('EXISTS', KEYS[6]) == 1 then
+local children = children_of(KEYS[1])
+if redis.call('EXISTS', KEYS[6]) == 1 and not children then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[4], ARGV[5])
   release_slot(KEYS[1], ARGV[5])
@@ -201,8 +283,10 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   return {'terminal', 'cancelled'}
 end
 local attempts = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
-if attempts >= tonumber(ARGV[4]) then
+local parked = tonumber(redis.call('HGET', KEYS[1], 'parked_attempts') or '0')
+if attempts - parked >= tonumber(ARGV[4]) then
   local msg = 'gave up after ' .. attempts .. ' attempts: the worker running this job was lost every time'
+  if children then stop_children(children, ARGV[1], ARGV[6], 'its benchmark failed') end
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error', msg, 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[4], ARGV[5])
   release_slot(KEYS[1], ARGV[5])
@@ -260,21 +344,29 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# KEYS: record cancel active events queued ; ARGV: now ttl_s job_id
+# KEYS: record cancel active events queued lease parked ; ARGV: now ttl_s job_id
+# A benchmark with children cancels them (queued ones at once, running ones by their flag); it ends cancelled at
+# once when none holds it (parked or woken, no lease) and none of its runs is still open.
 _CANCEL = (
     _TERMINAL_LUA
     + _RELEASE_SLOT_LUA
+    + _FAMILY_LUA
     + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'missing' end
 if terminal[status] then return 'terminal' end
 redis.call('SET', KEYS[2], '1', 'EX', ARGV[2])
-if status == 'queued' then
+local children = children_of(KEYS[1])
+if children then stop_children(children, ARGV[1], ARGV[2], 'its benchmark was cancelled') end
+local settled = children and redis.call('EXISTS', KEYS[6]) == 0 and open_children(children) == 0
+if status == 'queued' or settled then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[3], ARGV[3])
   release_slot(KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[5], ARGV[3])
-  redis.call('RPUSH', KEYS[4], 'cancelled while queued|' .. ARGV[1])
+  redis.call('ZREM', KEYS[7], ARGV[3])
+  local why = status == 'queued' and 'cancelled while queued|' or 'cancelled (no run open)|'
+  redis.call('RPUSH', KEYS[4], why .. ARGV[1])
   return 'cancelled'
 end
 redis.call('RPUSH', KEYS[4], 'cancel requested|' .. ARGV[1])
@@ -295,7 +387,7 @@ if not status or terminal[status] then
 end
 if status ~= 'running' then return 'skip' end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'alive' end
-if redis.call('EXISTS', KEYS[5]) == 1 then
+if redis.call('EXISTS', KEYS[5]) == 1 and redis.call('HEXISTS', KEYS[1], 'children') == 0 then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'updated_at', ARGV[1])
   redis.call('SREM', KEYS[3], ARGV[2])
   release_slot(KEYS[1], ARGV[2])
@@ -403,6 +495,76 @@ redis.call('RPUSH', KEYS[6], 'requeued (its message was lost: in no queue and he
 return 'requeued'
 """
 
+# KEYS: record lease active events cancel parked unpublished queued
+# ARGV: fence job_id now now_ms ttl_s tomb_ttl_s child_priority children_json [child_id run_json]...
+# The attempt holding a benchmark (its fence) either finds every run ended ('ready': it keeps its claim and puts
+# the runs together) or parks it, creating the children first if it has none (and it was not cancelled before:
+# 'cancelled', nothing created). Children are created queued and unpublished: the caller publishes them, or the
+# unpublished sweep does if it dies first.
+_PARK = (
+    _TERMINAL_LUA
+    + _FAMILY_LUA
+    + f"""
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return {{'stale'}} end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return {{'stale'}} end
+local ids = children_of(KEYS[1])
+local created = 0
+if not ids then
+  if redis.call('EXISTS', KEYS[5]) == 1 then return {{'cancelled'}} end
+  local owner = redis.call('HGET', KEYS[1], 'owner') or '{ANONYMOUS}'
+  local queue = redis.call('HGET', KEYS[1], 'queue') or 'cpu'
+  local spec = redis.call('HGET', KEYS[1], 'spec') or '{{}}'
+  local tomb = cjson.encode({{kind='benchmark', queue=queue, created_at=ARGV[3], owner=owner}})
+  for i = 9, #ARGV, 2 do
+    local child = '{PREFIX}job:' .. ARGV[i]
+    redis.call('HSET', child, 'id', ARGV[i], 'kind', 'benchmark', 'queue', queue, 'status', 'queued',
+      'spec', spec, 'attempts', 0, 'created_at', ARGV[3], 'updated_at', ARGV[3], 'owner', owner,
+      'parent', ARGV[2], 'run', ARGV[i + 1], 'priority', ARGV[7])
+    redis.call('EXPIRE', child, ARGV[5])
+    redis.call('SET', child .. ':tomb', tomb, 'EX', ARGV[5] + ARGV[6])
+    redis.call('RPUSH', child .. ':events', 'queued (a run of ' .. ARGV[2] .. ')|' .. ARGV[3])
+    redis.call('EXPIRE', child .. ':events', ARGV[5])
+    redis.call('ZADD', KEYS[7], ARGV[4], ARGV[i])
+    redis.call('ZADD', KEYS[8], ARGV[4], ARGV[i])
+    created = created + 1
+  end
+  redis.call('HSET', KEYS[1], 'children', ARGV[8])
+  ids = children_of(KEYS[1])
+end
+local open = open_children(ids)
+if open == 0 then return {{'ready'}} end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+redis.call('SREM', KEYS[3], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'parked_attempts', 1)
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[3])
+redis.call('ZADD', KEYS[6], 0, ARGV[2])
+redis.call('RPUSH', KEYS[4], 'parked (' .. created .. ' runs created, ' .. open .. ' open)|' .. ARGV[3])
+return {{'parked', tostring(created)}}
+"""
+)
+
+# KEYS: parked record lease events ; ARGV: job_id now_ms grace_ms now priority
+_WAKE_PARENT = _TERMINAL_LUA + _FAMILY_LUA + "return wake(KEYS[1], KEYS[2], KEYS[3], KEYS[4], unpack(ARGV))"
+
+# KEYS: parked parent_record parent_lease parent_events child_record
+# ARGV: parent_id now_ms grace_ms now priority ttl_s child_id
+# A child has ended (or will not run here): one that failed or was cancelled ends its open siblings too (the
+# benchmark cannot succeed); then the parent is woken if it is parked and no run is open.
+_CHILD_ENDED = (
+    _TERMINAL_LUA
+    + _FAMILY_LUA
+    + """
+local status = redis.call('HGET', KEYS[5], 'status')
+if not status or status == 'failed' or status == 'cancelled' or status == 'expired' then
+  local siblings = children_of(KEYS[2])
+  if siblings then
+    stop_children(siblings, ARGV[4], ARGV[6], 'run ' .. ARGV[7] .. ' ended ' .. (status or 'expired'))
+  end
+end
+return wake(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+"""
+)
+
 # KEYS: record unpublished events queued ; ARGV: now error job_id
 _FAIL_UNPUBLISHED = (
     _RELEASE_SLOT_LUA
@@ -482,6 +644,9 @@ class JobStore:
         self._fail_unpublished = client.register_script(_FAIL_UNPUBLISHED)
         self._requeue_lost = client.register_script(_REQUEUE_IF_LOST)
         self._release_idempotency = client.register_script(_RELEASE_IDEMPOTENCY)
+        self._park = client.register_script(_PARK)
+        self._wake_parent = client.register_script(_WAKE_PARENT)
+        self._child_ended = client.register_script(_CHILD_ENDED)
 
     # ---- gateway side
 
@@ -494,10 +659,13 @@ class JobStore:
         *,
         owner: str = ANONYMOUS,
         max_active: int | None = None,
+        priority: int | None = None,
+        estimate_s: float | None = None,
     ) -> None:
         """Write the ``queued`` record, its tombstone and index entries, and count it against ``owner``, in one
         script. With ``max_active``, raises :class:`ActiveJobsLimit` (writing nothing) when the owner already has
-        that many jobs queued or running: the check and the write cannot interleave with another gateway's."""
+        that many jobs queued or running: the check and the write cannot interleave with another gateway's.
+        ``priority`` is the one its message is published with (again by the sweeps: :meth:`publish_target`)."""
         now, now_ms = now_iso(), int(time.time() * 1000)
         k = _keys(job_id)
         tomb = json.dumps({"kind": kind, "queue": queue, "created_at": now, "owner": owner})
@@ -512,6 +680,10 @@ class JobStore:
             "updated_at": now,
             "owner": owner,
         }
+        if priority is not None:
+            record["priority"] = priority
+        if estimate_s is not None:
+            record["estimate_s"] = json.dumps(estimate_s)
         reply = self._create(
             keys=[
                 k["record"],
@@ -601,7 +773,7 @@ class JobStore:
         k = _keys(job_id)
         raw = _str_dict(self.r.hgetall(k["record"]))
         if raw:
-            return record_to_job(raw) if _visible(raw, owner) else None
+            return self._job(raw) if _visible(raw, owner) else None
         tomb = self.r.get(k["tomb"])
         if tomb is None:
             return None
@@ -609,10 +781,19 @@ class JobStore:
         return _expired_job(job_id, expired) if _visible(expired, owner) else None
 
     def list_jobs(
-        self, *, owner: str | None = None, status: str | None = None, kind: str | None = None, limit: int = 50
+        self,
+        *,
+        owner: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        parent: str | None = None,
     ) -> list[Job]:
         """Most recent first: ``owner``'s jobs from its own index, or (None) every job. Reads the index in pages
-        until ``limit`` matching jobs are found."""
+        until ``limit`` matching jobs are found. The runs of a benchmark that fanned out are in no index: with
+        ``parent``, its runs (in run order) are listed instead, none when ``owner`` cannot see it."""
+        if parent is not None:
+            return self._list_children(parent, owner=owner, status=status, kind=kind, limit=limit)
         index = INDEX_KEY if owner is None else owner_index_key(owner)
         self.r.zremrangebyscore(index, "-inf", self._listing_horizon_ms())
         found: list[Job] = []
@@ -628,7 +809,7 @@ class JobStore:
             records = pipe.execute()
             for job_id, raw in zip(ids, records, strict=True):
                 if raw:
-                    job = record_to_job(_str_dict(raw)) if _visible(_str_dict(raw), owner) else None
+                    job = self._job(_str_dict(raw)) if _visible(_str_dict(raw), owner) else None
                 else:
                     job = self.get(job_id, owner=owner) if status == "expired" else None
                 if job is None or (status and job.status != status) or (kind and job.kind != kind):
@@ -638,6 +819,54 @@ class JobStore:
                     break
         return found
 
+    def _list_children(
+        self, parent: str, *, owner: str | None, status: str | None, kind: str | None, limit: int
+    ) -> list[Job]:
+        raw = _str_dict(self.r.hgetall(record_key(parent)))
+        if not raw or not _visible(raw, owner):
+            return []
+        ids = [child["id"] for child in _json_or(raw.get("children"), [])]
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(record_key(job_id))
+        found = []
+        for child_raw in pipe.execute():
+            if not child_raw:
+                continue
+            job = record_to_job(_str_dict(child_raw))
+            if (status and job.status != status) or (kind and job.kind != kind):
+                continue
+            found.append(job)
+            if len(found) == limit:
+                break
+        return found
+
+    def _job(self, raw: Mapping[str, str]) -> Job:
+        """The public record; a benchmark that fanned out shows its runs and, summed over them, its progress."""
+        job = record_to_job(raw)
+        entries = _json_or(raw.get("children"), None)
+        if not entries:
+            return job
+        pipe = self.r.pipeline(transaction=False)
+        for entry in entries:
+            pipe.hmget(record_key(entry["id"]), "status", "progress")
+        children = []
+        for entry, (status, progress) in zip(entries, pipe.execute(), strict=True):
+            child = JobChild(
+                id=entry["id"],
+                task=entry.get("task"),
+                method=entry["method"],
+                seed=entry["seed"],
+                status=entry.get("status", "expired"),  # the record is gone; a finished parent kept its state
+                step=entry.get("step", 0),
+                total=entry["total"],
+            )
+            if status is not None:
+                step = JobProgress.model_validate_json(progress).step if progress else 0
+                child = child.model_copy(update={"status": status, "step": min(step, child.total)})
+            children.append(child)
+        return job.model_copy(update={"children": children, "progress": family_progress(job, children)})
+
     def _listing_horizon_ms(self) -> int:
         """Index entries older than this have neither record nor tombstone left: listing trims them."""
         return int((time.time() - self.ttl_s - self.tombstone_ttl_s) * 1000)
@@ -645,7 +874,7 @@ class JobStore:
     def cancel(self, job_id: str) -> Literal["missing", "terminal", "cancelled", "requested"]:
         k = _keys(job_id)
         return self._cancel(  # type: ignore[no-any-return]
-            keys=[k["record"], k["cancel"], ACTIVE_KEY, k["events"], QUEUED_KEY],
+            keys=[k["record"], k["cancel"], ACTIVE_KEY, k["events"], QUEUED_KEY, k["lease"], PARKED_KEY],
             args=[now_iso(), self.ttl_s, job_id],
         )
 
@@ -668,6 +897,7 @@ class JobStore:
                 k["tomb"],
                 TAKEN_KEY,
                 QUEUED_KEY,
+                PARKED_KEY,
             ],
             args=[
                 now_iso(),
@@ -713,9 +943,13 @@ class JobStore:
         error: str | None = None,
         progress: JobProgress | None = None,
         artifacts: Iterable[Mapping[str, Any]] = (),
+        children: Iterable[JobChild] | None = None,
     ) -> bool:
-        """The one terminal write of a job; refused (False) unless this attempt still owns it."""
+        """The one terminal write of a job; refused (False) unless this attempt still owns it. A benchmark that
+        fanned out keeps its ``children`` as they ended (what GET shows once their own records have expired)."""
         fields: list[str] = ["artifacts", json.dumps(list(artifacts))]
+        if children is not None:
+            fields += ["children", json.dumps([_child_entry(child) for child in children])]
         if result is not None:
             fields += ["result", json.dumps(dict(result))]
         if error is not None:
@@ -839,6 +1073,110 @@ class JobStore:
         queue = self.r.hget(record_key(job_id), "queue")
         return None if queue is None else str(queue)
 
+    def publish_target(self, job_id: str) -> tuple[str, int | None]:
+        """The queue and the message priority a job is (re)published with (None: the broker's default)."""
+        queue, priority = self.r.hmget(record_key(job_id), "queue", "priority")
+        return (str(queue) if queue else "cpu"), (int(priority) if priority else None)
+
+    # ---- benchmarks that fan out (see the module docstring)
+
+    def park(
+        self,
+        job_id: str,
+        fence: int,
+        *,
+        children: Iterable[tuple[str, Mapping[str, Any]]] = (),
+        child_priority: int | None = None,
+    ) -> tuple[Literal["parked", "ready", "cancelled", "stale"], int]:
+        """For the attempt holding benchmark ``job_id`` (its ``fence``): ``ready`` when every run has ended (the
+        attempt keeps its claim and puts them together); else ``parked``, creating first, if it has none, one
+        child per ``(child id, run)`` (``run``: its ``method`` label, ``index``, ``seed`` and progress ``total``),
+        and how many were created (the caller publishes them); ``cancelled`` when it was cancelled before it had
+        children (nothing created: the caller ends it cancelled); ``stale`` when a newer attempt owns it."""
+        k = _keys(job_id)
+        runs = [(child_id, dict(run)) for child_id, run in children]
+        entries = [{"id": child_id, **run} for child_id, run in runs]
+        reply = self._park(
+            keys=[
+                k["record"],
+                k["lease"],
+                ACTIVE_KEY,
+                k["events"],
+                k["cancel"],
+                PARKED_KEY,
+                UNPUBLISHED_KEY,
+                QUEUED_KEY,
+            ],
+            args=[
+                fence,
+                job_id,
+                now_iso(),
+                int(time.time() * 1000),
+                self.ttl_s,
+                self.tombstone_ttl_s,
+                _priority_arg(child_priority),
+                json.dumps(entries),
+                *[part for child_id, run in runs for part in (child_id, json.dumps(run))],
+            ],
+        )
+        return reply[0], int(reply[1]) if len(reply) > 1 else 0
+
+    def wake_parent(self, job_id: str, grace_s: float, priority: int | None = None) -> str:
+        """``woken`` when ``job_id`` is parked, none of its runs is open and it was not woken within ``grace_s``:
+        the caller publishes it (with ``priority``). Else ``open``, ``recent``, ``held`` or ``gone``."""
+        k = _keys(job_id)
+        return str(
+            self._wake_parent(
+                keys=[PARKED_KEY, k["record"], k["lease"], k["events"]],
+                args=[job_id, int(time.time() * 1000), int(grace_s * 1000), now_iso(), _priority_arg(priority)],
+            )
+        )
+
+    def child_ended(self, child_id: str, parent_id: str, grace_s: float, priority: int | None = None) -> str:
+        """Child ``child_id`` of ``parent_id`` ended (or will not run on this delivery): if it failed or was
+        cancelled its open siblings are cancelled; then as :meth:`wake_parent`."""
+        k = _keys(parent_id)
+        return str(
+            self._child_ended(
+                keys=[PARKED_KEY, k["record"], k["lease"], k["events"], record_key(child_id)],
+                args=[
+                    parent_id,
+                    int(time.time() * 1000),
+                    int(grace_s * 1000),
+                    now_iso(),
+                    _priority_arg(priority),
+                    self.ttl_s,
+                    child_id,
+                ],
+            )
+        )
+
+    def parked_jobs(self) -> dict[str, float]:
+        """Every parked benchmark: id -> when it was last woken (ms since the epoch; 0: not since it parked)."""
+        entries: Any = self.r.zrange(PARKED_KEY, 0, -1, withscores=True)  # [(member, score), ...]
+        return {str(job_id): float(score) for job_id, score in entries}
+
+    def run_of(self, job_id: str) -> tuple[str, dict[str, Any]] | None:
+        """A child's parent id and its run (``method`` label, ``index``, ``seed``, ``total``); None for any other."""
+        parent, run = self.r.hmget(record_key(job_id), "parent", "run")
+        return None if not parent or not run else (str(parent), json.loads(run))
+
+    # ---- throughput (job duration estimates)
+
+    def throughput(self, queue: str) -> float | None:
+        """Multiply-adds per second that jobs on ``queue`` have run at lately; None before any was measured."""
+        value = self.r.hget(THROUGHPUT_KEY, queue)
+        return None if value is None else float(value)
+
+    def record_throughput(self, queue: str, macs_per_s: float, *, weight: float = 0.3) -> None:
+        """Fold one finished attempt's rate into ``queue``'s moving average (the newest counts ``weight``). Two
+        workers finishing at once may each fold into the same old value: an estimate, not an account."""
+        if not macs_per_s > 0:
+            return
+        old = self.throughput(queue)
+        new = macs_per_s if old is None else (1 - weight) * old + weight * macs_per_s
+        self.r.hset(THROUGHPUT_KEY, queue, repr(new))
+
     # ---- worker liveness (readiness)
 
     def beat_worker(self, hostname: str, queues: list[str], ttl_s: float, *, instance: str | None = None) -> None:
@@ -928,6 +1266,37 @@ def _json_or(raw: str | None, default: Any) -> Any:
     return default if not raw else json.loads(raw)
 
 
+def _priority_arg(priority: int | None) -> str:
+    """A message priority as a script argument; empty: the broker's default (no field kept)."""
+    return "" if priority is None else str(priority)
+
+
+def _child_entry(child: JobChild) -> dict[str, Any]:
+    return {"id": child.id, "task": child.task, "method": child.method, "seed": child.seed, "total": child.total,
+            "status": child.status, "step": child.step}  # fmt: skip
+
+
+def _run_name(child: JobChild) -> str:
+    return (f"{child.task}: " if child.task else "") + f"{child.method} seed {child.seed}"
+
+
+def family_progress(job: Job, children: list[JobChild]) -> JobProgress:
+    """A benchmark's progress from its runs: their steps summed (a run that succeeded counts whole), an ETA from
+    the pace since the benchmark started, and a stage naming the runs in progress."""
+    total = sum(child.total for child in children)
+    step = sum(child.total if child.status == "succeeded" else child.step for child in children)
+    done = sum(child.status in TERMINAL_STATUSES for child in children)
+    running = [_run_name(child) for child in children if child.status == "running"]
+    stage = f"{done} of {len(children)} runs ended" + (f"; running {', '.join(running)}" if running else "")
+    eta: float | None = None
+    if job.status == "succeeded":
+        eta = 0.0
+    elif not is_terminal(job.status) and job.started_at is not None and 0 < step < total:
+        elapsed = (datetime.now(UTC) - job.started_at).total_seconds()
+        eta = round((total - step) * elapsed / step, 1)
+    return JobProgress(step=step, total=total, eta_s=eta, stage=stage)
+
+
 def artifact_url(job_id: str, name: str) -> str:
     return f"/v1/jobs/{job_id}/artifacts/{name}"
 
@@ -952,6 +1321,8 @@ def record_to_job(raw: Mapping[str, str]) -> Job:
         started_at=raw.get("started_at") or None,
         finished_at=raw.get("finished_at") or None,
         updated_at=raw.get("updated_at") or None,
+        parent=raw.get("parent") or None,
+        estimate_s=_json_or(raw.get("estimate_s"), None),
     )
 
 

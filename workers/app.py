@@ -13,6 +13,7 @@ from typing import Any
 from celery import Celery
 from kombu.entity import Queue
 
+from posenc.jobstore import KOMBU_PRIORITY_STEPS
 from posenc.settings import Settings, get_settings
 from workers import names
 from workers.recovery import JobRecoveryStep
@@ -32,7 +33,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return {
         "broker_url": settings.redis_url,
         "result_backend": settings.redis_url,
-        "broker_transport_options": dict(visibility),
+        # Message priorities (workers.names): one list per step, popped highest (0) first. The steps are kombu's
+        # defaults, named here because the lost-message sweep reads the same lists (posenc.jobstore).
+        "broker_transport_options": visibility | {"priority_steps": list(KOMBU_PRIORITY_STEPS)},
         "result_backend_transport_options": dict(visibility),
         "visibility_timeout": settings.visibility_timeout_s,
         "broker_connection_retry_on_startup": True,

@@ -7,7 +7,8 @@ from celery import Celery
 from workers.names import RUN_JOB
 
 
-def publish_job(app: Celery, job_id: str, queue: str) -> None:
+def publish_job(app: Celery, job_id: str, queue: str, priority: int | None = None) -> None:
     """The message carries only the job id (the record has the spec); the Celery task id IS the job id,
-    so a re-published job is the same task to Celery, Flower and revoke."""
-    app.send_task(RUN_JOB, args=[job_id], task_id=job_id, queue=queue)
+    so a re-published job is the same task to Celery, Flower and revoke. ``priority``: see ``workers.names``
+    (None: the broker's default, the highest)."""
+    app.send_task(RUN_JOB, args=[job_id], task_id=job_id, queue=queue, priority=priority)

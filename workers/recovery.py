@@ -32,6 +32,13 @@ Recovery bound. A job whose worker dies is published again within, after the dea
   message is in no queue list and no unacked entry and that no worker holds: ``job_publish_grace_s`` +
   ``job_sweep_interval_s`` = 45 s.
 
+A benchmark that fanned out (``posenc.jobstore``, "Benchmarks that fan out") is parked while its runs go: no
+lease, nothing to recover, each run being a job of its own that the above recovers. When its last run ends,
+that run's task wakes the benchmark and publishes it; if that process dies before the publish, or the message
+is lost, the sweep publishes a parked benchmark whose runs have all ended, not woken yet or woken more than
+``job_publish_grace_s`` ago with its message in no queue list, no unacked entry and held by no worker: within
+``job_publish_grace_s`` + ``job_sweep_interval_s`` = 45 s too.
+
 So 45 s with the defaults, whatever the visibility timeout, provided one worker of the job's queue is alive
 to sweep (a worker that starts sweeps at once); then it runs as soon as such a worker is free (behind the jobs
 queued before it), after that worker's child start. Not covered: a job whose *record* Redis lost (created within
@@ -45,6 +52,7 @@ another thread holds a lock (a Redis connection pool's, say) could deadlock the 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any, ClassVar
 
@@ -53,7 +61,7 @@ from celery.signals import task_received
 
 from posenc.jobstore import JobStore, store_from_settings
 from posenc.settings import get_settings
-from workers.names import QUEUES, RUN_JOB
+from workers.names import PRIORITY_HIGH, QUEUES, RUN_JOB
 from workers.publish import publish_job
 
 logger = logging.getLogger(__name__)
@@ -90,20 +98,54 @@ def sweep_orphaned_jobs(app: Celery, store: JobStore, publish_grace_s: float) ->
     requeued += _settle_unacked(app, store, publish_grace_s)
     requeued += _republish_lost(app, store, publish_grace_s)
     for job_id in store.take_unpublished(publish_grace_s):
-        queue = store.queue_of(job_id) or "cpu"
-        publish_job(app, job_id, queue)
+        queue, priority = store.publish_target(job_id)
+        publish_job(app, job_id, queue, priority)
         logger.warning("job %s: queued but never published; published on %r", job_id, queue)
         requeued.append(job_id)
+    requeued += _wake_parked(app, store, publish_grace_s)
     return requeued
 
 
 def _republish(app: Celery, store: JobStore, job_id: str, why: str) -> None:
     """Publish a job that a requeue script put back to ``queued`` (and into ``jobs:unpublished``: if this
     process dies before the publish, the unpublished sweep publishes it)."""
-    queue = store.queue_of(job_id) or "cpu"
-    publish_job(app, job_id, queue)
+    queue, priority = store.publish_target(job_id)
+    publish_job(app, job_id, queue, priority)
     store.mark_published(job_id)
     logger.warning("job %s: %s; requeued on %r", job_id, why, queue)
+
+
+def _wake_parked(app: Celery, store: JobStore, grace_s: float) -> list[str]:
+    """Publish every parked benchmark whose runs have all ended and that nobody published: not woken since it
+    parked (the task of its last run died first), or woken over ``grace_s`` ago with its message nowhere (the
+    waker died before its publish, or the message was lost). A message still waiting behind others is seen in
+    its queue list and left alone."""
+    parked = store.parked_jobs()
+    cutoff = (time.time() - grace_s) * 1000
+    seen: set[str] = set()
+    if any(0 < woken_ms <= cutoff for woken_ms in parked.values()):
+        seen = _messages_anywhere(store)
+    woken = []
+    for job_id, woken_ms in parked.items():
+        if woken_ms and (woken_ms > cutoff or job_id in seen):
+            continue
+        if store.wake_parent(job_id, grace_s, PRIORITY_HIGH) == "woken":
+            queue, priority = store.publish_target(job_id)
+            publish_job(app, job_id, queue, priority)
+            logger.warning("job %s: its runs have ended and nobody published it; published on %r", job_id, queue)
+            woken.append(job_id)
+    return woken
+
+
+def _messages_anywhere(store: JobStore) -> set[str]:
+    """Jobs with a message in a queue list, an unacked entry or a worker's taken mark. kombu moves a message
+    from its queue list to ``unacked``, so unacked is read before and after the queues: a message that moves
+    between two reads is still seen once."""
+    seen = set(store.unacked_job_ids(RUN_JOB).values())
+    for queue in QUEUES:
+        seen |= store.queued_message_ids(queue, RUN_JOB)
+    seen |= set(store.unacked_job_ids(RUN_JOB).values())
+    return seen | set(store.taken_jobs())
 
 
 def _settle_unacked(app: Celery, store: JobStore, grace_s: float) -> list[str]:
@@ -129,10 +171,7 @@ def _republish_lost(app: Celery, store: JobStore, grace_s: float) -> list[str]:
     candidates = store.queued_before(grace_s)
     if not candidates:
         return []
-    seen = set(store.unacked_job_ids(RUN_JOB).values())
-    for queue in QUEUES:
-        seen |= store.queued_message_ids(queue, RUN_JOB)
-    seen |= set(store.unacked_job_ids(RUN_JOB).values())
+    seen = _messages_anywhere(store)
     requeued = []
     for job_id in candidates:
         if job_id not in seen and store.requeue_if_lost(job_id, grace_s) == "requeued":

@@ -1,5 +1,8 @@
 """The one task: run a job from its Redis record and persist the outcome. Thin on purpose: training kinds go
-to ``posenc.training.jobs.run_job``, kind ``compute`` to ``posenc.compute.run_compute_job``.
+to ``posenc.training.jobs.run_job``, kind ``compute`` to ``posenc.compute.run_compute_job``, and a benchmark of
+several runs fans out (``posenc.training.fanout``; the job store's "Benchmarks that fan out"): its first attempt
+creates one child job per run, publishes them and parks; each child runs its run; the child that ends last
+publishes the benchmark again, whose attempt then puts the runs together.
 
 At-least-once delivery means this task may run more than once for a job (a requeue after a lost child, a sweep
 re-publish after a lost worker, a late redelivery after the visibility timeout). What keeps that safe:
@@ -21,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -30,11 +34,12 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from posenc.jobstore import Claim, JobStore, list_artifacts, store_from_settings
-from posenc.schemas.jobs import ComputeJobSpec, JobKind, JobProgress, JobSpec
+from posenc.schemas.jobs import ComputeJobSpec, Job, JobCreate, JobKind, JobProgress, JobSpec
 from posenc.settings import Settings, get_settings
 from posenc.training.hooks import JobCancelled, Progress
 from workers.app import app
-from workers.names import RUN_JOB
+from workers.names import PRIORITY_HIGH, PRIORITY_LOW, RUN_JOB
+from workers.publish import publish_job
 from workers.signals import torch_threads_per_child
 
 logger = logging.getLogger(__name__)
@@ -143,6 +148,10 @@ def _claim(store: JobStore, job_id: str, worker: str, settings: Settings) -> Cla
         time.sleep(min(0.5, settings.job_lease_ttl_s / 4))
 
 
+Status = Literal["succeeded", "failed", "cancelled"]
+Outcome = tuple[Status, dict[str, Any]]  # a terminal status and the rest of its finish write
+
+
 @app.task(name=RUN_JOB, bind=True, autoretry_for=(RedisError,), retry_backoff=True, max_retries=5)  # type: ignore[untyped-decorator]
 def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
     settings = get_settings()
@@ -152,60 +161,69 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
     claim = _claim(store, job_id, self.request.hostname or "worker", settings)
     if claim.outcome != "claimed":
         logger.info("job %s: not run (%s %s)", job_id, claim.outcome, claim.status or "")
+        _run_ended(store, job_id, settings)  # a run that ended without running here may be its benchmark's last
         return {"job_id": job_id, "outcome": claim.outcome}
 
     job = store.get(job_id)
     assert job is not None  # just claimed
     artifact_root = settings.resolved_artifact_dir
+    if job.parent is not None:
+        job_dir = artifact_root / job.parent
+        outcome = _attempt(
+            store, job, claim.fence, settings, lambda hooks: _run_child(store, job, job_dir, hooks, settings)
+        )
+        _run_ended(store, job_id, settings)
+        return outcome
     job_dir = artifact_root / job_id
-    keeper = LeaseKeeper(store, job_id, claim.fence, settings.job_lease_ttl_s)
-    hooks = AttemptHooks(store, job_id, claim.fence, keeper, settings.job_progress_interval_s)
+    if job.kind == "benchmark":
+        fanned_out = _fan_out(store, job, claim.fence, job_dir, settings)
+        if fanned_out is not None:
+            return fanned_out
+    return _attempt(
+        store,
+        job,
+        claim.fence,
+        settings,
+        lambda hooks: _run(job.kind, job.spec, job_dir, artifact_root, hooks, settings, rates=(store, job.queue)),
+        job_dir=job_dir,
+    )
+
+
+def _attempt(
+    store: JobStore,
+    job: Job,
+    fence: int,
+    settings: Settings,
+    run: Callable[[AttemptHooks], Outcome],
+    *,
+    job_dir: Path | None = None,
+) -> dict[str, Any]:
+    """One claimed attempt: ``run`` under a lease keeper, then the job's one terminal write (refused if a newer
+    attempt owns the job). ``job_dir``: where the artifacts to list are (none without)."""
+    keeper = LeaseKeeper(store, job.id, fence, settings.job_lease_ttl_s)
+    hooks = AttemptHooks(store, job.id, fence, keeper, settings.job_progress_interval_s)
     keeper.start()
     try:
-        status, fields = _run(job.kind, job.spec, job_dir, artifact_root, hooks, settings)
+        status, fields = run(hooks)
     finally:
         keeper.stop()
     if keeper.superseded.is_set():
-        return {"job_id": job_id, "outcome": "superseded"}
-    written = store.finish(
-        job_id, claim.fence, status, progress=hooks.last, artifacts=list_artifacts(job_dir), **fields
-    )
+        return {"job_id": job.id, "outcome": "superseded"}
+    if status == "succeeded" and hooks.last is not None:
+        hooks.last = hooks.last.model_copy(update={"eta_s": 0.0})
+    artifacts = list_artifacts(job_dir) if job_dir is not None else []
+    written = store.finish(job.id, fence, status, progress=hooks.last, artifacts=artifacts, **fields)
     if not written:
-        logger.warning("job %s: a newer attempt owns the job; outcome %s discarded", job_id, status)
-        return {"job_id": job_id, "outcome": "superseded"}
-    return {"job_id": job_id, "outcome": status}
+        logger.warning("job %s: a newer attempt owns the job; outcome %s discarded", job.id, status)
+        return {"job_id": job.id, "outcome": "superseded"}
+    return {"job_id": job.id, "outcome": status}
 
 
-def _run(
-    kind: JobKind,
-    raw_spec: dict[str, Any],
-    job_dir: Path,
-    artifact_root: Path,
-    hooks: AttemptHooks,
-    settings: Settings,
-) -> tuple[Any, dict[str, Any]]:
-    """(status, finish fields). Every exception becomes a failed job: deterministic errors are not retried;
-    a lost worker (which raises nothing here) is what redelivery and the attempt cap are for."""
+def _guarded(settings: Settings, run: Callable[[], dict[str, Any]]) -> Outcome:
+    """(status, finish fields) of ``run``'s result. Every exception becomes a failed job: deterministic errors
+    are not retried; a lost worker (which raises nothing here) is what redelivery and the attempt cap are for."""
     try:
-        job_dir.mkdir(parents=True, exist_ok=True)
-        if kind == "compute":
-            result = _run_compute(ComputeJobSpec.model_validate(raw_spec), job_dir, hooks, settings)
-        else:
-            spec = JobSpec.model_validate(raw_spec)
-            from posenc.training.jobs import run_job
-
-            result = run_job(
-                kind,
-                spec,
-                job_dir=job_dir,
-                artifact_root=artifact_root,
-                hooks=hooks,
-                device=resolve_device(spec.device, settings.device),
-                data_dir=settings.data_dir,
-                threads=torch_threads_per_child(),
-            )
-            result = dict(result)
-            result.setdefault("resumed_from_step", hooks.resumed_from_step)
+        result = run()
     except JobCancelled:
         return "cancelled", {}
     except SoftTimeLimitExceeded:
@@ -215,9 +233,165 @@ def _run(
     except Exception as exc:
         logger.exception("job failed")
         return "failed", {"error": f"{type(exc).__name__}: {exc}"}
-    if hooks.last is not None:
-        hooks.last = hooks.last.model_copy(update={"eta_s": 0.0})
     return "succeeded", {"result": result}
+
+
+def _run(
+    kind: JobKind,
+    raw_spec: dict[str, Any],
+    job_dir: Path,
+    artifact_root: Path,
+    hooks: AttemptHooks,
+    settings: Settings,
+    *,
+    rates: tuple[JobStore, str],
+) -> Outcome:
+    """A whole job in this process (every kind; a benchmark of one run)."""
+
+    def run() -> dict[str, Any]:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        if kind == "compute":
+            return _run_compute(ComputeJobSpec.model_validate(raw_spec), job_dir, hooks, settings)
+        spec = JobSpec.model_validate(raw_spec)
+        from posenc.training.jobs import run_job
+
+        started = time.monotonic()
+        result = run_job(
+            kind,
+            spec,
+            job_dir=job_dir,
+            artifact_root=artifact_root,
+            hooks=hooks,
+            device=resolve_device(spec.device, settings.device),
+            data_dir=settings.data_dir,
+            threads=torch_threads_per_child(),
+        )
+        result = dict(result)
+        result.setdefault("resumed_from_step", hooks.resumed_from_step)
+        _record_rate(*rates, JobCreate(kind=kind, spec=spec), time.monotonic() - started, hooks)
+        return result
+
+    return _guarded(settings, run)
+
+
+def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, hooks: AttemptHooks) -> None:
+    """A fresh attempt that ran its whole work measured its queue's throughput: fold it into the estimate new
+    jobs are given (``Job.estimate_s``). A resumed attempt did part of the work; it measures nothing."""
+    if hooks.resumed_from_step > 0 or seconds <= 0:
+        return
+    from posenc.jobspec import job_cost
+
+    try:
+        store.record_throughput(queue, job_cost(work) / seconds)
+    except RedisError:  # advisory, like progress
+        logger.exception("throughput write failed")
+
+
+# ------------------------------------------------------------------------------------------ benchmarks that fan out
+def _fan_out(store: JobStore, job: Job, fence: int, job_dir: Path, settings: Settings) -> dict[str, Any] | None:
+    """A benchmark of several runs: park it (its first attempt creates and publishes one child job per run) or,
+    once every run has ended, put them together. None: run it in this process (one run, or a spec that fails)."""
+    children: list[tuple[str, dict[str, Any]]] = []
+    if not job.children:
+        try:
+            from posenc.training.fanout import plan
+
+            runs = plan(JobSpec.model_validate(job.spec))
+        except Exception:  # the in-process run fails it with the same error, worded as for any job
+            return None
+        if len(runs) <= 1:
+            return None
+        children = [(f"{job.id}-run{position}", run) for position, run in enumerate(runs)]
+    decision, created = store.park(job.id, fence, children=children, child_priority=PRIORITY_LOW)
+    if decision == "stale":
+        return {"job_id": job.id, "outcome": "superseded"}
+    if decision == "parked":
+        for child_id, _ in children if created else ():
+            publish_job(app, child_id, job.queue, PRIORITY_LOW)
+            store.mark_published(child_id)
+        logger.info("job %s: parked, waiting for its runs (%d published now)", job.id, created)
+        return {"job_id": job.id, "outcome": "parked"}
+    if decision == "cancelled":
+        return _attempt(store, job, fence, settings, lambda hooks: ("cancelled", {}))
+    return _attempt(
+        store, job, fence, settings, lambda hooks: _assemble(store, job, job_dir, settings), job_dir=job_dir
+    )
+
+
+def _assemble(store: JobStore, job: Job, job_dir: Path, settings: Settings) -> Outcome:
+    """Every run has ended: the benchmark fails naming a run that failed, is cancelled if one was (or it was),
+    and else is put together from the runs' records."""
+    runs = [(child, store.get(child.id)) for child in job.children]
+    failed = [(child, run) for child, run in runs if run is None or run.status in ("failed", "expired")]
+    ended = [child.model_copy(update={"status": run.status if run else "expired"}) for child, run in runs]
+    if failed:
+        child, run = failed[0]
+        why = run.error if run is not None and run.status == "failed" else "its record expired"
+        more = f"; {len(failed) - 1} more runs failed" if len(failed) > 1 else ""
+        task = f"{child.task}: " if child.task else ""
+        error = f"run {task}{child.method} seed {child.seed} (job {child.id}) failed: {why}{more}"
+        return "failed", {"error": error, "children": ended}
+    if store.cancel_requested(job.id) or any(run is not None and run.status == "cancelled" for _, run in runs):
+        return "cancelled", {"children": ended}
+    results = [run.result or {} for _, run in runs if run is not None]
+    devices = sorted({str(result.get("device", "cpu")) for result in results})
+
+    def assemble() -> dict[str, Any]:
+        from posenc.training.fanout import assemble
+
+        result = dict(assemble(JobSpec.model_validate(job.spec), job_dir, device=", ".join(devices)))
+        result["resumed_from_step"] = sum(int(result.get("resumed_from_step", 0)) for result in results)
+        return result
+
+    status, fields = _guarded(settings, assemble)
+    return status, fields | {"children": ended}
+
+
+def _run_child(store: JobStore, job: Job, job_dir: Path, hooks: AttemptHooks, settings: Settings) -> Outcome:
+    """One run of a benchmark, in the benchmark's directory; its result is the run's record."""
+
+    def run() -> dict[str, Any]:
+        found = store.run_of(job.id)
+        if found is None:
+            raise RuntimeError(f"job {job.id} is not a run of a benchmark")
+        _, run = found
+        spec = JobSpec.model_validate(job.spec)
+        device = resolve_device(spec.device, settings.device)
+        from posenc.training.fanout import run_child, run_spec
+
+        started = time.monotonic()
+        record = run_child(
+            spec,
+            int(run["index"]),
+            int(run["seed"]),
+            job_dir=job_dir,
+            hooks=hooks,
+            position=run.get("position"),
+            device=device,
+            data_dir=settings.data_dir,
+            threads=torch_threads_per_child(),
+        )
+        one = run_spec(spec, run.get("position"), int(run["index"]), int(run["seed"]))
+        _record_rate(store, job.queue, JobCreate(kind="benchmark", spec=one), time.monotonic() - started, hooks)
+        return dict(record) | {"resumed_from_step": hooks.resumed_from_step, "device": device}
+
+    return _guarded(settings, run)
+
+
+def _run_ended(store: JobStore, job_id: str, settings: Settings) -> None:
+    """After a run's delivery: if it was its benchmark's last open run, publish the benchmark (one caller wins;
+    the sweep does it if this process dies first). Nothing for a job that is no run."""
+    try:
+        found = store.run_of(job_id)
+        if found is None:
+            return
+        parent = found[0]
+        if store.child_ended(job_id, parent, settings.job_publish_grace_s, PRIORITY_HIGH) == "woken":
+            queue, priority = store.publish_target(parent)
+            publish_job(app, parent, queue, priority)
+            logger.info("job %s: its runs have ended; published to put them together", parent)
+    except RedisError:
+        logger.exception("job %s: could not settle its benchmark; the sweep will", job_id)
 
 
 def _run_compute(spec: ComputeJobSpec, job_dir: Path, hooks: AttemptHooks, settings: Settings) -> dict[str, Any]:

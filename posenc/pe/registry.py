@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from posenc.schemas.methods import Kind, MethodInfo
 from posenc.schemas.tensors import INT64_MAX
@@ -81,11 +81,33 @@ class MethodSpec:
     prefix_encoding: Callable[..., Any] | None = None
     prefix_bias: Callable[..., Any] | None = None
     # posenc's own defaults for training jobs (not the paper's), raw params filled in for the keys a job leaves
-    # out, all together or not at all (``posenc.training.model.training_params``); ``training_note`` says what
+    # out, all together or not at all (``MethodSpec.training_params``); ``training_note`` says what
     # they are and which params give the paper's behaviour. GET /v1/methods shows the note as the convention
     # ``training_defaults``.
     training_defaults: dict[str, Any] = field(default_factory=dict)
     training_note: str = ""
+
+    def training_params(self, raw_params: dict[str, Any] | None) -> dict[str, Any]:
+        """The raw params a training model builds this method with: the job's own, plus ``training_defaults`` for
+        the keys they leave out. The defaults apply all together or not at all: where a key the job gives
+        conflicts with them (FoX's ``fgate_bias_init: false`` with the default decay times), the job's params are
+        used as given, so its keys always win. Params that are invalid either way are returned as given (parsing
+        then names the job's error)."""
+        given = dict(raw_params or {})
+        missing = {key: value for key, value in self.training_defaults.items() if key not in given}
+        if not missing:
+            return given
+        filled = {**given, **missing}
+        try:
+            self.parse_params(filled)
+        except ValidationError:
+            return given
+        return filled
+
+    def training_params_note(self, raw_params: dict[str, Any] | None) -> str | None:
+        """``training_note`` when ``training_params`` filled in the training defaults, else None (the job gave those
+        keys itself, or one that conflicts): what a job reports next to the params it was given."""
+        return self.training_note if self.training_params(raw_params) != dict(raw_params or {}) else None
 
     @property
     def summary(self) -> str:

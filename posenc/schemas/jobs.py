@@ -8,7 +8,7 @@ of the compute routes, run by a worker, its tensors written to an artifact.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,18 +34,9 @@ COMPUTE_REQUESTS: dict[str, type[ComputeRequest]] = {
 }
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired"})
-SyntheticTask = Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
-ImageTask = Literal["shapes", "quadrant", "above_left", "same_diagonal"]
-GraphTask = Literal["graph_distance"]
 GraphFamily = Literal["tree", "er"]
-SYNTHETIC_TASKS: tuple[SyntheticTask, ...] = get_args(SyntheticTask)
-IMAGE_TASKS: tuple[ImageTask, ...] = get_args(ImageTask)
-GRAPH_TASKS: tuple[GraphTask, ...] = get_args(GraphTask)
-DEFAULT_IMAGE_SIZE = 32
-DEFAULT_PATCH_SIZE = 4
-DEFAULT_NUM_NODES = 12
-DEFAULT_MAX_DISTANCE = 5
 MAX_GRAPH_NODES = 256  # graph tasks: labels come from all-pairs BFS in Python, O(n·(n + E)) per graph
+MAX_TASK_SIZE = 4096  # items of a synthetic task
 
 
 class _Strict(BaseModel):
@@ -64,43 +55,36 @@ class MethodRef(_Strict):
 
 
 class DataSpec(_Strict):
-    """A character-level corpus, a synthetic sequence task, an image task (trained on a ViT) or a graph task
-    (trained on a graph transformer)."""
+    """The data: a character-level corpus, or a task of one of the task families (``posenc.tasks``: synthetic
+    sequence tasks, RULER-style probes, image tasks on a ViT, graph tasks on a graph transformer). Each family
+    reads its own fields; a field of another family is refused, naming it."""
 
     corpus: str | None = Field(
         default=None,
         max_length=4096,
-        description="'stdlib' (built offline from the Python standard library), 'tinyshakespeare' "
+        description="text: 'stdlib' (built offline from the Python standard library), 'tinyshakespeare' "
         "(tinyshakespeare.txt in a data directory), or a text file under the data directories "
         "(POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one",
     )
-    task: SyntheticTask | ImageTask | GraphTask | None = Field(
+    task: str | None = Field(
         default=None,
-        description="a synthetic sequence task; an image task (procedural images, any resolution): 'shapes' "
-        "(10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot "
-        "above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal); or a graph task: "
-        "'graph_distance' (random graphs, two marked nodes, classify their shortest-path distance 1, 2, ..., "
-        ">= max_distance)",
+        max_length=64,
+        description="a task of a task family: synthetic sequence tasks (copy, copy_single, copy_replace, reverse, "
+        "addition, selective_copy, counting, flip_flop, parity, sort), the probes ('probes'), image tasks "
+        "(shapes, quadrant, above_left, same_diagonal) or graph tasks (graph_distance); GET /v1/tasks lists them",
     )
-    val_fraction: float = Field(default=0.1, gt=0, lt=0.5)
+    val_fraction: float = Field(default=0.1, gt=0, lt=0.5, description="text: the validation split's share")
+    size: int | None = Field(
+        default=None, ge=1, le=MAX_TASK_SIZE, description="sequence tasks: the largest training size, in items"
+    )
     image_size: int | None = Field(
-        default=None,
-        ge=1,
-        le=1024,
-        description=f"image tasks: training resolution in pixels (default {DEFAULT_IMAGE_SIZE})",
+        default=None, ge=1, le=1024, description="image tasks: training resolution in pixels (default 32)"
     )
     patch_size: int | None = Field(
-        default=None,
-        ge=1,
-        le=256,
-        description=f"image tasks: side of a square patch in pixels (default {DEFAULT_PATCH_SIZE})",
+        default=None, ge=1, le=256, description="image tasks: side of a square patch in pixels (default 4)"
     )
-
     num_nodes: int | None = Field(
-        default=None,
-        ge=3,
-        le=MAX_GRAPH_NODES,
-        description=f"graph tasks: nodes per training graph (default {DEFAULT_NUM_NODES})",
+        default=None, ge=3, le=MAX_GRAPH_NODES, description="graph tasks: nodes per training graph (default 12)"
     )
     graph_family: GraphFamily | None = Field(
         default=None,
@@ -111,45 +95,14 @@ class DataSpec(_Strict):
         default=None,
         ge=2,
         le=MAX_GRAPH_NODES,
-        description=f"graph tasks: classes of distance 1 ... max_distance, the last one '>= max_distance' "
-        f"(default {DEFAULT_MAX_DISTANCE})",
+        description="graph tasks: classes of distance 1 ... max_distance, the last one '>= max_distance' (default 5)",
     )
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
         if (self.corpus is None) == (self.task is None):
             raise ValueError("give exactly one of 'corpus' or 'task'")
-        if self.image_task is None:
-            if self.image_size is not None or self.patch_size is not None:
-                raise ValueError(f"image_size and patch_size are for the image tasks {list(IMAGE_TASKS)}")
-        else:
-            self.image_size = self.image_size if self.image_size is not None else DEFAULT_IMAGE_SIZE
-            self.patch_size = self.patch_size if self.patch_size is not None else DEFAULT_PATCH_SIZE
-        if self.graph_task is None:
-            if (self.num_nodes, self.graph_family, self.max_distance) != (None, None, None):
-                raise ValueError(
-                    f"num_nodes, graph_family and max_distance are for the graph tasks {list(GRAPH_TASKS)}"
-                )
-        else:
-            self.num_nodes = self.num_nodes if self.num_nodes is not None else DEFAULT_NUM_NODES
-            self.graph_family = self.graph_family if self.graph_family is not None else "tree"
-            self.max_distance = self.max_distance if self.max_distance is not None else DEFAULT_MAX_DISTANCE
         return self
-
-    @property
-    def image_task(self) -> ImageTask | None:
-        """The task when it is an image task, else None."""
-        return next((name for name in IMAGE_TASKS if name == self.task), None)
-
-    @property
-    def graph_task(self) -> GraphTask | None:
-        """The task when it is a graph task, else None."""
-        return next((name for name in GRAPH_TASKS if name == self.task), None)
-
-    @property
-    def sequence_task(self) -> SyntheticTask | None:
-        """The task when it is a synthetic sequence task, else None."""
-        return next((name for name in SYNTHETIC_TASKS if name == self.task), None)
 
 
 class ModelSpec(_Strict):
@@ -188,8 +141,21 @@ class TrainSpec(_Strict):
 
 
 class EvalSpec(_Strict):
+    """The evaluation sizes, each family in its own unit: ``lengths`` in tokens (text, probes), ``sizes`` in items
+    (sequence tasks), ``resolutions`` in pixels (images), ``num_nodes`` in nodes (graphs). The training size is
+    always evaluated too."""
+
     lengths: list[Annotated[int, Field(ge=1, le=1_048_576)]] | None = Field(
-        default=None, max_length=MAX_EVAL_SIZES, description="default [L, 2L, 4L, 8L] with L the training length"
+        default=None,
+        max_length=MAX_EVAL_SIZES,
+        description="text and probes: evaluation lengths in tokens; default text [L, 2L, 4L, 8L], probes "
+        "[L/4, L/2, L, 2L, 4L, 8L] with L = train.length",
+    )
+    sizes: list[Annotated[int, Field(ge=1, le=MAX_TASK_SIZE)]] | None = Field(
+        default=None,
+        max_length=MAX_EVAL_SIZES,
+        description="sequence tasks: evaluation sizes in items; default every size 1 ... 2n, then 3n and 4n with "
+        "n = data.size",
     )
     protocol: Literal["nonoverlapping", "sliding"] = "nonoverlapping"
     stride: int | None = Field(
@@ -197,7 +163,10 @@ class EvalSpec(_Strict):
     )
     max_tokens: int = Field(default=65536, ge=1, le=INT64_MAX, description="scored tokens per length (text)")
     samples: int = Field(
-        default=100, ge=1, le=INT64_MAX, description="sequences per length (synthetic tasks), images per resolution"
+        default=100,
+        ge=1,
+        le=INT64_MAX,
+        description="held-out examples per size: sequences (tasks), per probe (probes), images, graphs",
     )
     resolutions: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
         default=None,
@@ -220,6 +189,12 @@ class JobSpec(_Strict):
     train: TrainSpec = Field(default_factory=TrainSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     seeds: list[Int64] = Field(default_factory=lambda: [0], min_length=1, max_length=MAX_SEEDS)
+    suite: str | None = Field(
+        default=None,
+        max_length=32,
+        description="benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train "
+        "and eval for each of its tasks; give methods (and seeds to override the suite's)",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     checkpoint: str | None = Field(
         default=None, description="extrapolate only: id of a finished train job whose model to evaluate"
@@ -310,6 +285,19 @@ class Artifact(BaseModel):
     size: int | None = None
 
 
+class JobChild(BaseModel):
+    """One (method, seed) run of a benchmark that fanned out, or one (task, method, seed) run of a suite: a job of
+    its own (``GET /v1/jobs/{id}``)."""
+
+    id: str
+    task: str | None = Field(default=None, description="a suite's run: the task it belongs to ('copy_single', ...)")
+    method: str = Field(description="the run's method label, as in the result table ('rope', 'rope#2', ...)")
+    seed: int
+    status: JobStatus
+    step: int = 0
+    total: int = 0
+
+
 class Job(BaseModel):
     id: str
     kind: JobKind
@@ -325,6 +313,18 @@ class Job(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     updated_at: datetime | None = None
+    estimate_s: float | None = Field(
+        default=None,
+        description="seconds this job should take on one worker of its queue, estimated when it was submitted: "
+        "its cost in multiply-adds over the throughput measured on this deployment's recent jobs (a default "
+        "until one has run). Several workers share a benchmark's runs",
+    )
+    parent: str | None = Field(default=None, description="a run of a benchmark that fanned out: the benchmark's job id")
+    children: list[JobChild] = Field(
+        default_factory=list,
+        description="a benchmark that fanned out (one job per run, on any worker): its runs, in run order; "
+        "its progress is theirs summed. They are listed by GET /v1/jobs?parent={id}",
+    )
 
 
 class JobList(BaseModel):

@@ -1,4 +1,5 @@
-"""Length-extrapolation evaluation: per-length NLL/perplexity on text, per-size exact match on tasks.
+"""Length-extrapolation evaluation: per-length NLL/perplexity on text, per-size scores on token tasks, accuracy by
+resolution on images and by size on graphs.
 
 Text protocols (evaluation.md §1.2), over the first ``max_tokens`` next-character targets of validation:
 
@@ -9,9 +10,10 @@ Text protocols (evaluation.md §1.2), over the first ``max_tokens`` next-charact
                     first window, with at least L − S tokens of context; 1 + ⌊(n − L) / S⌋ windows,
                     L + (windows − 1)·S scored tokens
 
-Tasks: greedy exact match. Teacher-forced argmax over the target tokens (EOS included) is used: a greedy
-decode reproduces the target exactly iff the argmax is right at every target position given the right
-prefix, so the two are the same metric and one forward pass per batch replaces n decoding steps.
+Token tasks (sequence tasks, probes): teacher-forced argmax over the target tokens (EOS included), scored by
+the task family (greedy exact match, per-token accuracy, a probe's recall): a greedy decode reproduces the
+target exactly iff the argmax is right at every target position given the right prefix, so the two are the
+same metric and one forward pass per batch replaces n decoding steps.
 
 Images: top-1 accuracy on ``samples`` held-out scenes per resolution; the scenes are the same at every
 resolution (drawn once from ``IMAGE_EVAL_SEED``, then rendered at each), only the pixel noise is drawn anew.
@@ -24,14 +26,15 @@ depend on the other sizes evaluated.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
 
-from posenc.schemas.jobs import GraphFamily, GraphTask, ImageTask
-from posenc.training.data import TaskName, task_batch
+from posenc.tasks.base import TokenTask
+from posenc.training.data import token_batch
 from posenc.training.graph_task import graph_batch
 from posenc.training.vision import draw_scenes, render
 
@@ -39,7 +42,6 @@ Protocol = Literal["nonoverlapping", "sliding"]
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) int64 -> logits (B, T, V)
 
 EVAL_TOKENS_PER_BATCH = 8192  # windows per forward pass = this // L_valid (at least one)
-TASK_EVAL_SEED = 20240601  # every method and seed is scored on the same task instances
 IMAGE_EVAL_SEED = 20240602  # the held-out scenes (its + 1 seeds their pixel noise), apart from training's
 GRAPH_EVAL_SEED = 20240603
 GRAPH_EVAL_BATCH = 64
@@ -61,16 +63,6 @@ class TextScore:
     ppl: float  # exp(nll)
     tokens: int  # scored targets
     windows: int
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class TaskScore:
-    length: int  # task size n
-    exact_match: float
-    samples: int
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,31 +147,39 @@ def evaluate_text(
 
 
 @torch.inference_mode()
-def evaluate_task(
-    logits_fn: LogitsFn,
-    task: TaskName,
-    size: int,
-    *,
-    samples: int = 100,
-    batch_size: int = 50,
-    device: str | torch.device = "cpu",
-) -> TaskScore:
-    """Greedy exact match on ``samples`` fresh instances of size n (the same instances for every model)."""
-    generator = torch.Generator().manual_seed(TASK_EVAL_SEED + size)
-    correct = 0
-    for first in range(0, samples, batch_size):
-        count = min(batch_size, samples - first)
-        batch = task_batch(task, [size] * count, generator)
+def evaluate_tokens(
+    logits_fn: LogitsFn, family: TokenTask, size: int, *, batch_size: int = 50, device: str | torch.device = "cpu"
+) -> list[dict[str, Any]]:
+    """The held-out instances of one size (``family.eval_instances``, the same for every model), scored by
+    teacher-forced argmax at every target token (a greedy decode reproduces the target iff every one is right):
+    the family's metrics per instance (``family.score``), averaged over the instances of each group of tags.
+    One cell per group: ``{"size", **tags, metric: mean, ..., "samples"}``."""
+    instances = family.eval_instances(size, family.eval_generator(size))
+    totals: dict[tuple[tuple[str, Any], ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counts: dict[tuple[tuple[str, Any], ...], int] = defaultdict(int)
+    for first in range(0, len(instances), batch_size):
+        chunk = instances[first : first + batch_size]
+        batch = token_batch(chunk)
         predicted = logits_fn(batch.inputs.to(device)).argmax(-1).cpu()  # (b, T)
-        right_or_unscored = (predicted == batch.targets) | ~batch.loss_mask  # (b, T)
-        correct += int(right_or_unscored.all(dim=1).sum())
-    return TaskScore(length=size, exact_match=correct / samples, samples=samples)
+        right = predicted == batch.targets  # (b, T)
+        for row, (item, start) in enumerate(zip(chunk, batch.starts, strict=True)):
+            correct = right[row, start : start + len(item.target) + 1].tolist()  # the target tokens and EOS
+            key = tuple(sorted(item.tags.items()))
+            for metric, value in family.score(correct, item).items():
+                totals[key][metric] += value
+            counts[key] += 1
+    cells = []
+    for key in sorted(totals, key=repr):
+        cells.append(
+            {"size": size, **dict(key), **{m: v / counts[key] for m, v in totals[key].items()}, "samples": counts[key]}
+        )
+    return cells
 
 
 @torch.inference_mode()
 def evaluate_images(
     classify: LogitsFn,
-    task: ImageTask,
+    task: str,
     resolution: int,
     *,
     samples: int = 100,
@@ -201,10 +201,10 @@ def evaluate_images(
 @torch.inference_mode()
 def evaluate_graphs(
     classify: LogitsFn,
-    task: GraphTask,
+    task: str,
     num_nodes: int,
     *,
-    family: GraphFamily,
+    family: str,
     max_distance: int,
     samples: int = 100,
     device: str | torch.device = "cpu",

@@ -52,7 +52,8 @@ from torch import nn
 from posenc.errors import InvalidInput
 from posenc.pe.appliers import Applier, Layer
 from posenc.pe.types import Graph
-from posenc.schemas.jobs import DEFAULT_MAX_DISTANCE, GRAPH_TASKS, MAX_GRAPH_NODES, GraphFamily, GraphTask
+from posenc.schemas.jobs import MAX_GRAPH_NODES, GraphFamily
+from posenc.tasks.graphs import DEFAULT_MAX_DISTANCE, GRAPH_TASKS
 from posenc.training.model import Block, PositionalEncoding, attach_positional_encodings, init_weights
 
 Readout = Literal["graph_token", "mean", "marked"]
@@ -201,7 +202,7 @@ def _pairs_by_class(
     return pairs
 
 
-def _draw_edges(family: GraphFamily, num_nodes: int, generator: torch.Generator) -> list[tuple[int, int]]:
+def _draw_edges(family: str, num_nodes: int, generator: torch.Generator) -> list[tuple[int, int]]:
     return random_tree(num_nodes, generator) if family == "tree" else random_connected_graph(num_nodes, generator)
 
 
@@ -221,12 +222,12 @@ def check_task(task: str, num_nodes: int, family: str, max_distance: int) -> Non
 
 
 def graph_batch(
-    task: GraphTask,
+    task: str,
     batch_size: int,
     num_nodes: int,
     generator: torch.Generator,
     *,
-    family: GraphFamily = "tree",
+    family: str = "tree",
     max_distance: int = DEFAULT_MAX_DISTANCE,
 ) -> GraphBatch:
     """``batch_size`` fresh examples of ``task`` on graphs of ``num_nodes`` nodes, all drawn from ``generator``
@@ -270,8 +271,8 @@ class GraphModelConfig:
     virtual_token: bool = True  # Graphormer's graph token at position −1
     readout: Readout = "marked"  # the mean of the marked nodes (default), the graph token, the mean over nodes
     train_nodes: int = 12  # the graph size learned methods are initialised for
-    task: GraphTask = "graph_distance"
-    family: GraphFamily = "tree"
+    task: str = "graph_distance"
+    family: str = "tree"
     max_distance: int = DEFAULT_MAX_DISTANCE
 
     def __post_init__(self) -> None:

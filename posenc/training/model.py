@@ -7,9 +7,9 @@ model calls ``fast_embed`` on the token embeddings and ``layer_attend`` in every
 at the kind. A method the registry marks ``per_layer`` (XL's W_R, FoX's gate projection, Shaw's tables) gets one
 instance of its learned parameters per layer; every other method one shared instance (``pe``).
 
-A method's raw params become its training params through ``training_params``: the registry's
+A method's raw params become its training params through ``MethodSpec.training_params``: the registry's
 ``training_defaults`` (posenc's choice for training, e.g. FoX's decay-time gate init) fill in the keys the
-job's params leave out; ``training_params_note`` says when they did.
+job's params leave out; ``MethodSpec.training_params_note`` says when they did.
 
 Fixed PE tensors are cached per (length, device) and never saved; learned ones (``MethodSpec.learned``) are
 ``nn.Parameter``s initialised by ``spec.learned_init`` and handed to the method through
@@ -29,12 +29,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
-import pydantic
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc.pe import MethodParams, MethodSpec, get_method
+from posenc.pe import MethodParams, get_method
 from posenc.pe.appliers import Applier, Layer, build_applier
 from posenc.schemas.tensors import INT64_MAX
 
@@ -68,31 +67,6 @@ class ModelConfig:
 
 
 # ---------------------------------------------------------------------------------------------------- PE
-def training_params(spec: MethodSpec, raw_params: dict[str, Any] | None) -> dict[str, Any]:
-    """The raw params a training model builds ``spec`` with: the job's own, plus ``spec.training_defaults`` for
-    the keys they leave out. The defaults apply all together or not at all: where a key the job gives conflicts
-    with them (FoX's ``fgate_bias_init: false`` with the default decay times), the job's params are used as given,
-    so its keys always win. Params that are invalid either way are returned as given (parsing then names the
-    job's error)."""
-    given = dict(raw_params or {})
-    missing = {key: value for key, value in spec.training_defaults.items() if key not in given}
-    if not missing:
-        return given
-    filled = {**given, **missing}
-    try:
-        spec.parse_params(filled)
-    except pydantic.ValidationError:
-        return given
-    return filled
-
-
-def training_params_note(spec: MethodSpec, raw_params: dict[str, Any] | None) -> str | None:
-    """``spec.training_note`` when ``training_params`` filled in its training defaults, else None (the job gave
-    those keys itself, or gave one that conflicts): what a job reports next to the params it was given."""
-    applied = training_params(spec, raw_params) != dict(raw_params or {})
-    return spec.training_note if applied else None
-
-
 def pe_init_seed(run_seed: int, params_seed: int, layer: int) -> int:
     """The seed a learned PE instance draws its initial tensors from: the first 8 bytes of
     BLAKE2b("posenc-pe-init:{run_seed}:{params_seed}:{layer}") as an integer, masked to [0, 2^63 − 1] (a
@@ -106,7 +80,7 @@ def pe_init_seed(run_seed: int, params_seed: int, layer: int) -> int:
 class PositionalEncoding(nn.Module):
     """One instance of a registered method in a model: its learned parameters, and the applier built on them.
 
-    ``raw_params`` become ``training_params(spec, raw_params)`` (the registry's training defaults filled in).
+    ``raw_params`` become ``spec.training_params(raw_params)`` (the registry's training defaults filled in).
     Learned methods are initialised for ``init_tokens`` tokens (on ``init_grid`` for multi-axis methods) by the
     method's ``learned_init``, from ``pe_init_seed(run_seed, params.seed, layer_index)``: the run's seed, the
     method's seed and the layer (per-layer instances do not start identical) each change the initial tensors.
@@ -127,7 +101,7 @@ class PositionalEncoding(nn.Module):
     ) -> None:
         super().__init__()
         self.spec = get_method(method)
-        self.params: MethodParams = self.spec.parse_params(training_params(self.spec, raw_params))
+        self.params: MethodParams = self.spec.parse_params(self.spec.training_params(raw_params))
         self.layer = layer
         self.learned = nn.ParameterDict()
         self._cache: dict[Any, Any] = {}

@@ -1,10 +1,15 @@
-"""Benchmark tables: the long-format rows, their summary, CSV and the metric-against-length plot.
+"""Benchmark tables: the long-format rows, their summary over seeds, CSV, and the plots.
 
-A row is ``{"method", "seed", "length", "metric", "value"}``; metrics are ``ppl`` and ``nll`` for text and
-``exact_match`` for tasks. Image benchmarks name the axis ``resolution`` (pixels) in place of ``length``, with
-the metric ``accuracy``: every function here takes that axis name. The summary averages over seeds and
-divides by the in-distribution value (the row at the training length, or the shortest length evaluated when
-the training length is not among them).
+A row is ``{"method", "seed", "size", <tags>, "metric", "value", "learned", "in_distribution"}``: ``size`` in
+the family's unit (tokens, items, pixels, nodes; the result says which), tags the groups a family scores by
+(a probe's name and depth), ``learned`` whether that run learned its training sizes and ``in_distribution`` its
+headline score there. The summary averages over seeds per (method, size, tags, metric) and divides by the value
+at the training size (always evaluated, so the reference is never out of distribution).
+
+Plots (matplotlib, Agg): the headline metric against size, one line per method, mean over seeds and tags with
+the spread shaded, the training size marked (``plot.png``); a heatmap per method of a tag against size
+(``heatmap-<tag>.png``, the probes' length x depth); a leaderboard of one number per method with its spread over
+seeds (``leaderboard.png``).
 """
 
 from __future__ import annotations
@@ -14,55 +19,57 @@ import io
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from posenc.training.files import write_bytes_atomic
 
 Row = dict[str, Any]
-TABLE_COLUMNS = ("method", "seed", "length", "metric", "value")
-AXIS_LABELS = {
-    "length": "evaluation length",
-    "resolution": "evaluation resolution (px)",
-    "num_nodes": "evaluation graph size (nodes)",
-}
+BASE_COLUMNS = ("method", "seed", "size")
+VALUE_COLUMNS = ("metric", "value", "learned", "in_distribution")
 
 
-def summarize(rows: Sequence[Row], in_distribution_length: int, axis: str = "length") -> list[Row]:
-    """Per (method, metric, length): mean and spread over seeds, and the ratio to the in-distribution mean
-    (``axis``: the name of the length column, ``resolution`` for images; the summary rows use it too)."""
-    values: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+def _tag_key(row: Mapping[str, Any], tags: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(row.get(tag) for tag in tags)
+
+
+def summarize(rows: Sequence[Row], train_size: int, tags: Sequence[str] = ()) -> list[Row]:
+    """Per (method, metric, tags, size): mean and spread over seeds, the seeds counted, and the ratio to the mean
+    at ``train_size`` (same method, metric and tags)."""
+    values: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     for row in rows:
-        values[(row["method"], row["metric"], row[axis])].append(float(row["value"]))
+        if row["value"] is not None:
+            values[(row["method"], row["metric"], _tag_key(row, tags), row["size"])].append(float(row["value"]))
     summary: list[Row] = []
-    for (method, metric, length), seen in sorted(values.items()):
-        lengths = sorted(key[2] for key in values if key[:2] == (method, metric))
-        reference_length = in_distribution_length if in_distribution_length in lengths else lengths[0]
-        reference = statistics.fmean(values[(method, metric, reference_length)])
+    ordered = sorted(values.items(), key=lambda item: (item[0][0], item[0][1], repr(item[0][2]), item[0][3]))
+    for (method, metric, tag_values, size), seen in ordered:
+        reference_values = values.get((method, metric, tag_values, train_size))
+        reference = statistics.fmean(reference_values) if reference_values else None
         mean = statistics.fmean(seen)
         summary.append(
             {
                 "method": method,
                 "metric": metric,
-                axis: length,
+                **dict(zip(tags, tag_values, strict=True)),
+                "size": size,
                 "mean": mean,
                 "std": statistics.pstdev(seen) if len(seen) > 1 else 0.0,
                 "seeds": len(seen),
                 "ratio": mean / reference if reference else None,
-                f"reference_{axis}": reference_length,
+                "reference_size": train_size if reference is not None else None,
             }
         )
     return summary
 
 
-def table_csv(rows: Sequence[Row], axis: str = "length") -> str:
-    columns = [axis if column == "length" else column for column in TABLE_COLUMNS]
+def table_csv(rows: Sequence[Row], tags: Sequence[str] = ()) -> str:
+    columns = [*BASE_COLUMNS, *tags, *VALUE_COLUMNS]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({column: row[column] for column in columns})
+        writer.writerow({column: row.get(column) for column in columns})
     return buffer.getvalue()
 
 
@@ -79,50 +86,128 @@ def load_plotting() -> Any:
     return pyplot
 
 
+def _png(figure: Any) -> bytes:
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def per_seed_means(rows: Sequence[Row], metric: str) -> dict[tuple[str, int, int], float]:
+    """(method, seed, size) -> the metric's mean over the tags (a probe's depths and probes)."""
+    values: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    for row in rows:
+        if row["metric"] == metric and row["value"] is not None:
+            values[(row["method"], row["seed"], row["size"])].append(float(row["value"]))
+    return {key: statistics.fmean(seen) for key, seen in values.items()}
+
+
 def plot_png(
-    summary: Sequence[Row],
+    rows: Sequence[Row],
     metric: str,
-    train_length: int,
+    train_size: int,
     title: str,
-    axis: str = "length",
+    unit: str,
     chance: float | None = None,
 ) -> bytes:
-    """PNG of ``metric`` (mean over seeds, ± its spread shaded) against length (or ``axis``), one line per
-    method, log-x with the evaluated values as ticks, the training value marked; ``chance``: a dotted line."""
+    """PNG of ``metric`` (mean over tags, then over seeds, ± its spread over seeds shaded) against size, one line
+    per method, the evaluated sizes as ticks (about 12 of them at most; log-x over a range of 32x or more), the
+    training size marked; ``chance``: a dotted line."""
     plt = load_plotting()
-    figure, axes = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    means = per_seed_means(rows, metric)
+    figure, axes = plt.subplots(figsize=(7.2, 4.4), dpi=110)
     try:
-        methods = sorted({row["method"] for row in summary if row["metric"] == metric})
-        for method in methods:
-            points = sorted(
-                (row[axis], row["mean"], row["std"])
-                for row in summary
-                if row["method"] == method and row["metric"] == metric
-            )
-            xs, means, spreads = [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]
-            (line,) = axes.plot(xs, means, marker="o", label=method)
-            if any(spreads):
-                low = [m - s for m, s in zip(means, spreads, strict=True)]
-                high = [m + s for m, s in zip(means, spreads, strict=True)]
-                axes.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-        axes.set_xscale("log", base=2)
-        ticks = sorted({row[axis] for row in summary if row["metric"] == metric})
-        axes.set_xticks(ticks, [str(tick) for tick in ticks], minor=False)
+        for method in sorted({key[0] for key in means}):
+            sizes = sorted({key[2] for key in means if key[0] == method})
+            centre, spread = [], []
+            for size in sizes:
+                seen = [value for key, value in means.items() if key[0] == method and key[2] == size]
+                centre.append(statistics.fmean(seen))
+                spread.append(statistics.pstdev(seen) if len(seen) > 1 else 0.0)
+            (line,) = axes.plot(sizes, centre, marker="o", markersize=3, label=method)
+            if any(spread):
+                low = [m - s for m, s in zip(centre, spread, strict=True)]
+                high = [m + s for m, s in zip(centre, spread, strict=True)]
+                axes.fill_between(sizes, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        ticks = sorted({key[2] for key in means})
+        if ticks and ticks[-1] >= 32 * max(ticks[0], 1):
+            axes.set_xscale("log", base=2)  # a wide range of sizes (text's 1x-8x grids are linear)
+        shown = ticks if len(ticks) <= 16 else ticks[:: max(1, len(ticks) // 12)]
+        axes.set_xticks(shown, [str(tick) for tick in shown], minor=False)
         axes.set_xticks([], minor=True)
         if metric == "ppl":
             axes.set_yscale("log")
-        what = "length" if axis == "length" else axis
-        axes.axvline(train_length, color="grey", linestyle="--", linewidth=1, label=f"train {what} {train_length}")
+        axes.axvline(train_size, color="grey", linestyle="--", linewidth=1, label=f"trained up to {train_size} {unit}")
         if chance is not None:
             axes.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance {chance:.2g}")
-        axes.set_xlabel(AXIS_LABELS.get(axis, axis))
-        axes.set_ylabel(metric)
-        axes.set_title(title)
+        axes.set_xlabel(f"evaluation size ({unit})")
+        axes.set_ylabel(f"{metric} (mean over seeds)")
+        axes.set_title(title, fontsize="medium")
         axes.legend(fontsize="small")
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        return buffer.getvalue()
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def heatmap_png(rows: Sequence[Row], metric: str, tag: str, unit: str, title: str) -> bytes:
+    """One panel per method: ``metric`` averaged over seeds (and the other tags) in a (tag value x size) grid,
+    the value printed in each cell."""
+    plt = load_plotting()
+    grid: dict[tuple[str, Any, int], list[float]] = defaultdict(list)
+    for row in rows:
+        if row["metric"] == metric and row["value"] is not None and tag in row:
+            grid[(row["method"], row[tag], row["size"])].append(float(row["value"]))
+    methods = sorted({key[0] for key in grid})
+    tag_values = sorted({key[1] for key in grid})
+    sizes = sorted({key[2] for key in grid})
+    figure, axes_list = plt.subplots(
+        1, len(methods), figsize=(2.6 * len(methods) + 1, 0.45 * len(tag_values) + 1.8), dpi=100, squeeze=False
+    )
+    try:
+        for axes, method in zip(axes_list[0], methods, strict=True):
+            values = [
+                [statistics.fmean(grid[(method, value, size)]) if grid.get((method, value, size)) else float("nan")
+                 for size in sizes]
+                for value in tag_values
+            ]  # fmt: skip
+            axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+            axes.set_xticks(range(len(sizes)), [str(size) for size in sizes], fontsize="x-small")
+            axes.set_yticks(range(len(tag_values)), [str(value) for value in tag_values], fontsize="x-small")
+            for row_index, row_values in enumerate(values):
+                for column, value in enumerate(row_values):
+                    if value == value:  # not NaN
+                        colour = "black" if value > 0.6 else "white"
+                        axes.text(column, row_index, f"{value:.2f}", ha="center", va="center", fontsize=6, color=colour)
+            axes.set_title(method, fontsize="small")
+            axes.set_xlabel(f"size ({unit})", fontsize="small")
+        axes_list[0][0].set_ylabel(tag)
+        figure.suptitle(title, fontsize="medium")
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def leaderboard_png(entries: Sequence[Mapping[str, Any]], value: str, label: str, title: str) -> bytes:
+    """Methods ranked by ``entries[i][value]`` (its per-seed values in ``entries[i]["per_seed"]`` drawn as
+    points, the median as a bar, the minimum marked)."""
+    plt = load_plotting()
+    ranked = sorted(entries, key=lambda entry: -(entry.get(value) or 0.0))
+    figure, axes = plt.subplots(figsize=(6.4, 0.45 * len(ranked) + 1.6), dpi=110)
+    try:
+        names = [str(entry["method"]) for entry in ranked]
+        positions = list(range(len(ranked)))
+        axes.barh(positions, [entry.get(value) or 0.0 for entry in ranked], color="tab:blue", alpha=0.5)
+        for position, entry in zip(positions, ranked, strict=True):
+            seeds = [v for v in entry.get("per_seed", []) if v is not None]
+            axes.scatter(seeds, [position] * len(seeds), color="black", s=12, zorder=3)
+        for position, entry in zip(positions, ranked, strict=True):
+            if entry.get(value) is None:  # no score to rank by (e.g. no run learned its training sizes)
+                axes.text(0.01, position, "not learned", va="center", fontsize="small", color="tab:red")
+        axes.set_yticks(positions, names)
+        axes.invert_yaxis()
+        axes.set_xlabel(label)
+        axes.set_title(title, fontsize="medium")
+        return _png(figure)
     finally:
         plt.close(figure)
 
@@ -131,17 +216,14 @@ def write_benchmark_artifacts(
     directory: Path,
     rows: Sequence[Row],
     summary: Sequence[Row],
-    metric: str,
-    train_length: int,
-    title: str,
-    axis: str = "length",
-    chance: float | None = None,
+    plots: Mapping[str, bytes],
+    tags: Sequence[str] = (),
 ) -> list[str]:
-    """table.csv, table.json and plot.png in ``directory``, each written atomically; returns their names."""
-    write_bytes_atomic(directory / "table.csv", table_csv(rows, axis).encode())
+    """table.csv, table.json and every plot in ``directory``, each written atomically; returns their names."""
+    write_bytes_atomic(directory / "table.csv", table_csv(rows, tags).encode())
     write_bytes_atomic(
-        directory / "table.json",
-        json.dumps({"table": list(rows), "summary": list(summary)}, indent=1).encode(),
+        directory / "table.json", json.dumps({"table": list(rows), "summary": list(summary)}, indent=1).encode()
     )
-    write_bytes_atomic(directory / "plot.png", plot_png(summary, metric, train_length, title, axis, chance))
-    return ["table.csv", "table.json", "plot.png"]
+    for name, data in plots.items():
+        write_bytes_atomic(directory / name, data)
+    return ["table.csv", "table.json", *plots]

@@ -28,8 +28,6 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from posenc.schemas.jobs import ImageTask
-
 SHAPES = ("disk", "square", "triangle", "cross", "ring", "star", "ellipse", "diamond", "L", "bar")
 TASK_CLASSES: dict[str, tuple[str, ...]] = {
     "shapes": SHAPES,
@@ -46,7 +44,7 @@ RED, GREEN, BLUE, WHITE = (0.95, 0.1, 0.1), (0.1, 0.85, 0.2), (0.2, 0.35, 1.0), 
 DISK = SHAPES.index("disk")
 
 
-def task_classes(task: ImageTask) -> tuple[str, ...]:
+def task_classes(task: str) -> tuple[str, ...]:
     """The class names of a task, in label order."""
     return TASK_CLASSES[task]
 
@@ -161,7 +159,7 @@ _DRAW: dict[str, Callable[[int, torch.Generator], Scenes]] = {
 }
 
 
-def draw_scenes(task: ImageTask, n: int, generator: torch.Generator) -> Scenes:
+def draw_scenes(task: str, n: int, generator: torch.Generator) -> Scenes:
     """n scenes of ``task``, deterministic given the generator's state."""
     return _DRAW[task](n, generator)
 
@@ -229,9 +227,7 @@ def render(scenes: Scenes, size: int, noise: torch.Generator | None = None) -> t
     return image
 
 
-def image_batch(
-    task: ImageTask, n: int, image_size: int, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
+def image_batch(task: str, n: int, image_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """n fresh images of ``task`` at ``image_size`` px and their labels: ((B, 3, S, S) float32, (B,) int64).
 
     The scenes are drawn first, then the noise, from the same generator."""

@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from posenc.corpora import data_directories
 from posenc.errors import InvalidInput
-from posenc.jobspec import SPEC, job_cost, validate_job
+from posenc.jobspec import estimate_seconds, job_cost, validate_job
 from posenc.jobstore import (
     ActiveJobsLimit,
     IdempotencyConflict,
@@ -44,10 +44,11 @@ from posenc.jobstore import (
 from posenc.schemas.errors import Problem
 from posenc.schemas.jobs import Job, JobCreate, JobKind, JobList, JobSpec, JobStatus
 from posenc.settings import Settings
+from posenc.tasks.base import SPEC
 from service.errors import ProblemError
 from service.limits import ComputeSlots, KeyRing, Principal, authenticate, health_details_allowed
 from workers.app import create_app as create_celery_app
-from workers.names import QUEUE_GPU, queue_for_device
+from workers.names import QUEUE_GPU, priority_for_kind, queue_for_device
 from workers.publish import publish_job
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def _get_or_404(store: JobStore, job_id: str, principal: Principal) -> Job:
     return job
 
 
-def _check_cost(body: JobCreate, settings: Settings) -> None:
+def _check_cost(body: JobCreate, settings: Settings) -> int:
     """413 before any other work: the cost is arithmetic on the spec (``posenc.jobspec.job_cost``)."""
     cost, limit = job_cost(body), settings.max_job_cost
     if cost > limit:
@@ -138,6 +139,7 @@ def _check_cost(body: JobCreate, settings: Settings) -> None:
             size=cost,
             limit=limit,
         )
+    return cost
 
 
 def _check_checkpoint_visible(store: JobStore, body: JobCreate, principal: Principal) -> None:
@@ -158,13 +160,21 @@ def _create_record(
     queue: str,
     principal: Principal,
     idempotency_key: str | None,
+    cost: int,
 ) -> None:
     """Write the queued record owned by ``principal``; with keys, refuse (429) a key at its active-jobs limit
     and free the Idempotency-Key it reserved, so the same request can be retried once a slot frees."""
     limit = _settings(request).max_active_jobs_per_key if _keyring(request).enabled else None
     try:
         store.create(
-            job_id, body.kind, body.spec.model_dump(mode="json"), queue, owner=principal.owner, max_active=limit
+            job_id,
+            body.kind,
+            body.spec.model_dump(mode="json"),
+            queue,
+            owner=principal.owner,
+            max_active=limit,
+            priority=priority_for_kind(body.kind),
+            estimate_s=estimate_seconds(cost, queue, store.throughput(queue)) if cost > 1 else None,
         )
     except ActiveJobsLimit as exc:
         if idempotency_key is not None:
@@ -209,11 +219,16 @@ def create_job(
     A job over ``max_job_cost`` is a 413 naming its cost and the limit; with API keys, a key that already has
     ``max_active_jobs_per_key`` jobs queued or running gets a 429 with Retry-After.
 
+    A ``benchmark`` of several runs fans out: each (method, seed) run becomes a job of its own (listed in the
+    benchmark's ``children``, with ``parent`` set), run by any worker, and the benchmark puts them together when
+    all have ended; its progress is theirs summed. Runs count once against ``max_active_jobs_per_key`` (as the
+    benchmark). Benchmarks and their runs queue behind every other kind of job.
+
     A ``compute`` job runs the request of ``POST /v1/{route}`` on a worker and writes its tensors to the
     artifact ``tensors.safetensors``; it is checked here as the route would check it (unknown method 404, bad
     values 422), against ``max_job_output_bytes`` (413) instead of the route's output budget."""
     settings = _settings(request)
-    _check_cost(body, settings)
+    cost = _check_cost(body, settings)
     # the spec's dry runs (every method applied once, a compute request prepared) are work: in a compute slot
     slots: ComputeSlots = request.app.state.compute_slots
     with slots.held():
@@ -235,9 +250,9 @@ def create_job(
                 return earlier
         # The record exists (queued) before the message does: a worker never sees a job without a record,
         # and a poll right after the 202 never sees Celery's meaningless PENDING.
-        _create_record(store, request, job_id, body, queue, principal, idempotency_key)
+        _create_record(store, request, job_id, body, queue, principal, idempotency_key, cost)
     try:
-        publish_job(_celery(request), job_id, queue)
+        publish_job(_celery(request), job_id, queue, priority_for_kind(body.kind))
     except Exception as exc:
         # The broker's error names its host and port: the log gets it, the record and the client do not.
         logger.warning("job %s: could not be published: %s: %s", job_id, type(exc).__name__, exc)
@@ -289,12 +304,18 @@ def list_jobs(
     status: JobStatus | None = None,
     kind: JobKind | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    parent: Annotated[
+        str | None, Query(description="the runs of this benchmark (in run order) instead of the recent jobs")
+    ] = None,
 ) -> JobList:
     """The caller's own jobs (read from its own index, no scan of other keys' jobs); every job for an admin key
-    and without keys."""
+    and without keys. The runs of a benchmark that fanned out are listed only with ``parent`` (404 for a job
+    the caller cannot see)."""
     store = _store(request)
+    if parent is not None:
+        _get_or_404(store, parent, principal)
     with _redis_available():
-        jobs = store.list_jobs(owner=principal.job_filter, status=status, kind=kind, limit=limit)
+        jobs = store.list_jobs(owner=principal.job_filter, status=status, kind=kind, limit=limit, parent=parent)
     return JobList(data=jobs, count=len(jobs))
 
 
@@ -307,19 +328,25 @@ def list_jobs(
 )
 def cancel_job(job_id: str, request: Request, response: Response, principal: PrincipalDep) -> Job:
     """A queued job is cancelled at once (200). A running job is asked to stop (202): it checks the flag every
-    step and ends ``cancelled`` within a few steps. A finished job answers 409. Another key's job is a 404."""
+    step and ends ``cancelled`` within a few steps. A finished job answers 409. Another key's job is a 404.
+
+    A benchmark that fanned out cancels its queued runs at once and asks its running ones to stop; it ends
+    ``cancelled`` once they have (at once, 200, when none was running). Cancelling one of its runs cancels
+    the benchmark (the answer is the run's record)."""
     store = _store(request)
     job = _get_or_404(store, job_id, principal)  # the owner never changes: checked once, before the cancel
+    target = job.parent or job_id  # a run cannot end alone: its benchmark could not be put together
     with _redis_available():
-        outcome = store.cancel(job_id)
+        outcome = store.cancel(target)
     if outcome == "missing":
         raise _no_job(job_id)
     if outcome == "terminal":
-        raise ProblemError(409, f"job {job_id} is already {job.status}")
+        ended = job if target == job_id else _get_or_404(store, target, principal)
+        raise ProblemError(409, f"job {target} is already {ended.status}")
     if outcome == "cancelled":
         response.status_code = 200
         # Best effort: a worker that already reserved the message skips it (the claim also sees 'cancelled').
-        _celery(request).control.revoke(job_id)
+        _celery(request).control.revoke(target)
     else:
         response.headers["Retry-After"] = "1"
     return _get_or_404(store, job_id, principal)

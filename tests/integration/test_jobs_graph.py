@@ -28,10 +28,13 @@ def test_a_graph_benchmark_reports_accuracy_by_graph_size(start_gateway: Any, st
         done = jobs.wait(client, created.json()["id"], jobs.is_terminal)
         assert done["status"] == "succeeded", done
         result = done["result"]
-        assert result["num_nodes"] == [5, 6, 9]
-        assert result["train_num_nodes"] == 6
+        assert (result["data"]["sizes"], result["data"]["train_size"], result["data"]["unit"]) == (
+            [5, 6, 9],
+            6,
+            "nodes",
+        )
         rows = result["table"]
-        assert {(row["method"], row["seed"], row["num_nodes"]) for row in rows} == {
+        assert {(row["method"], row["seed"], row["size"]) for row in rows} == {
             (method, seed, nodes)
             for method in ("graphormer", "laplacian_pe", "nope")
             for seed in (0, 1)
@@ -48,8 +51,8 @@ def test_a_graph_benchmark_reports_accuracy_by_graph_size(start_gateway: Any, st
         assert created.status_code == 202, created.text
         trained = jobs.wait(client, created.json()["id"], jobs.is_terminal)
         assert trained["status"] == "succeeded", trained
-        assert trained["result"]["val_num_nodes"] == 6
-        assert 0.0 <= trained["result"]["val_accuracy"] <= 1.0
+        assert trained["result"]["data"]["train_size"] == 6
+        assert 0.0 <= trained["result"]["in_distribution"]["accuracy"] <= 1.0
         assert "model.safetensors" in trained["result"]["artifacts"]
 
 
@@ -61,7 +64,7 @@ def test_a_graph_benchmark_reports_accuracy_by_graph_size(start_gateway: Any, st
         ({"eval": {"lengths": [8]}}, ["body", "spec", "eval", "lengths"]),
         ({"eval": {"num_nodes": [2]}}, ["body", "spec", "eval", "num_nodes", 0]),
         ({"data": {"task": "graph_distance", "num_nodes": 300}}, ["body", "spec", "data", "num_nodes"]),
-        ({"data": {"task": "copy", "num_nodes": 8}}, ["body", "spec", "data"]),
+        ({"data": {"task": "copy", "num_nodes": 8}}, ["body", "spec", "data", "num_nodes"]),
     ],
 )
 def test_bad_graph_specs_are_422_naming_the_field(

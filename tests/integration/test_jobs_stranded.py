@@ -29,15 +29,15 @@ PICKUP_S = 8.0
 
 
 def tiny_job(steps: int = 30) -> dict[str, Any]:
-    """About a second of work at 30 steps: copy task, 1 layer, dim 32, 2 heads, length 16."""
+    """About a second of work at 30 steps: copy task up to 6 items (15 tokens), 1 layer, dim 32, 2 heads."""
     return {
         "kind": "train",
         "spec": {
             "methods": [{"method": "alibi"}],
-            "data": {"task": "copy"},
+            "data": {"task": "copy", "size": 6},
             "model": {"layers": 1, "dim": 32, "heads": 2},
-            "train": {"length": 16, "steps": steps, "batch_size": 8, "warmup_steps": 2, "checkpoint_every": 10},
-            "eval": {"lengths": [16], "samples": 8},
+            "train": {"steps": steps, "batch_size": 8, "warmup_steps": 2, "checkpoint_every": 10},
+            "eval": {"sizes": [6], "samples": 8},
             "device": "cpu",
         },
     }

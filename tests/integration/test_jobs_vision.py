@@ -28,16 +28,16 @@ def test_an_image_benchmark_reports_accuracy_by_resolution(start_gateway: Any, s
         done = jobs.wait(client, created.json()["id"], jobs.is_terminal)
         assert done["status"] == "succeeded", done
         result = done["result"]
-        assert result["resolutions"] == [8, 16, 24]
+        assert (result["data"]["sizes"], result["data"]["unit"]) == ([8, 16, 24], "pixels")
         rows = result["table"]
-        assert {(row["method"], row["seed"], row["resolution"]) for row in rows} == {
+        assert {(row["method"], row["seed"], row["size"]) for row in rows} == {
             (method, seed, resolution)
             for method in ("vit_learned", "rope_2d_axial")
             for seed in (0, 1)
             for resolution in (8, 16, 24)
         }
         assert all(row["metric"] == "accuracy" and 0.0 <= row["value"] <= 1.0 for row in rows)
-        summary = {(row["method"], row["resolution"]): row for row in result["summary"]}
+        summary = {(row["method"], row["size"]): row for row in result["summary"]}
         assert summary[("vit_learned", 16)]["seeds"] == 2
         plot = client.get(f"/v1/jobs/{done['id']}/artifacts/plot.png")
         assert plot.status_code == 200

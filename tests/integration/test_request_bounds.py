@@ -517,7 +517,7 @@ def bound_cases() -> list[Case]:
         Case(
             "a job at the largest steps and batch",
             "/v1/jobs",
-            _job("train", train={"steps": 10_000_000, "batch_size": 4096, "length": 65536}),
+            _job("train", data={"task": "copy", "size": 4096}, train={"steps": 10_000_000, "batch_size": 4096}),
             (413,),
         ),
         Case(

@@ -164,10 +164,10 @@ def test_sigkill_of_serve_takes_worker_and_redis_along_and_loses_no_job(
         "kind": "train",
         "spec": {
             "methods": [{"method": "rope"}],
-            "data": {"task": "copy"},
+            "data": {"task": "copy", "size": 14},
             "model": {"layers": 1, "dim": 32, "heads": 2},
-            "train": {"length": 32, "steps": 400, "batch_size": 8, "warmup_steps": 5, "checkpoint_every": 20},
-            "eval": {"lengths": [32], "samples": 8},
+            "train": {"steps": 400, "batch_size": 8, "warmup_steps": 5, "checkpoint_every": 20},
+            "eval": {"sizes": [14], "samples": 8},
             "device": "cpu",
         },
     }

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from posenc.jobspec import eval_tokens, job_cost, job_tokens, model_macs_per_token
+from posenc.jobspec import job_cost, job_tokens, model_macs_per_token
 from posenc.schemas.jobs import JobCreate, JobSpec
 from posenc.settings import Settings
+from posenc.tasks import family_of
 from posenc.training.evaluate import protocol_windows
 
 
@@ -41,7 +42,7 @@ def test_text_eval_tokens_are_what_the_evaluation_windows_read(
         }
     )
     windows = protocol_windows(max_tokens, length, protocol, stride)  # type: ignore[arg-type]
-    assert eval_tokens(spec, length) == len(windows) * length
+    assert family_of(spec).eval_tokens(length) == len(windows) * length
 
 
 def test_benchmark_tokens_multiply_runs_and_add_evaluation() -> None:
@@ -66,8 +67,10 @@ def test_the_cost_in_multiply_adds_covers_runs_steps_evaluation_and_the_model() 
     )
     assert isinstance(job.spec, JobSpec)
 
+    classes = family_of(job.spec).output_classes()  # the stdlib corpus' characters bound its vocabulary
+
     def macs(length: int) -> int:
-        return 2 * (12 * 64 * 64 + 2 * length * 64) + 256 * 64
+        return 2 * (12 * 64 * 64 + 2 * length * 64) + classes * 64
 
     assert model_macs_per_token(job.spec, 32) == macs(32)
     per_run = 3 * 10 * 4 * 32 * macs(32) + 256 * macs(32) + 256 * macs(64)
@@ -81,17 +84,19 @@ def test_the_cost_in_multiply_adds_covers_runs_steps_evaluation_and_the_model() 
     assert job_cost(longer) > job_cost(job)
 
 
-def test_train_evaluates_at_its_length_and_tasks_count_samples_times_sequence() -> None:
-    job = create("train", data={"task": "addition"}, train={"steps": 10, "batch_size": 2, "length": 35})
-    size = (35 - 5) // 3  # the largest addition instance in 35 tokens
-    assert job_tokens(job) == 10 * 2 * 35 + 100 * (3 * size + 5)
+def test_train_evaluates_at_its_size_and_tasks_count_samples_times_sequence() -> None:
+    job = create("train", data={"task": "addition", "size": 10}, train={"steps": 10, "batch_size": 2})
+    longest = 3 * 10 + 5  # the longest addition instance of 10-digit operands: BOS a + b SEP s EOS
+    assert job_tokens(job) == 10 * 2 * longest + 100 * longest
 
 
 def test_extrapolating_a_checkpoint_trains_nothing() -> None:
     job = create("extrapolate", checkpoint="abc", eval={"lengths": [16, 1000], "max_tokens": 500})
-    assert job_tokens(job) == 496 + 1000  # 31 windows of 16; at least one window of 1000
+    # 31 windows of 16; 3 of the training length 128, which is always evaluated; at least one window of 1000
+    assert job_tokens(job) == 496 + 384 + 1000
     assert isinstance(job.spec, JobSpec)
-    assert job_cost(job) == 496 * model_macs_per_token(job.spec, 16) + 1000 * model_macs_per_token(job.spec, 1000)
+    assert job_cost(job) == sum(tokens * model_macs_per_token(job.spec, length)
+                                for tokens, length in ((496, 16), (384, 128), (1000, 1000)))  # fmt: skip
 
 
 def test_a_compute_job_counts_one() -> None:

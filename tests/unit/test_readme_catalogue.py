@@ -11,7 +11,7 @@ from posenc import catalogue
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-@pytest.mark.parametrize(("markers", "table"), list(catalogue.blocks().items()), ids=["methods", "settings"])
+@pytest.mark.parametrize(("markers", "table"), list(catalogue.blocks().items()), ids=["methods", "tasks", "settings"])
 def test_readme_table_matches_the_code(markers: tuple[str, str], table: str) -> None:
     text = README.read_text()
     begin, end = markers

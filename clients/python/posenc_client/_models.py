@@ -231,14 +231,15 @@ class ConvertResponse(BaseModel):
 class Corpus(RootModel[str]):
     root: Annotated[str, Field(max_length=4096, title="Corpus")]
     """
-    'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
+    text: 'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
     """
 
 
 class DataSpec(BaseModel):
     """
-    A character-level corpus, a synthetic sequence task, an image task (trained on a ViT) or a graph task
-    (trained on a graph transformer).
+    The data: a character-level corpus, or a task of one of the task families (``posenc.tasks``: synthetic
+    sequence tasks, RULER-style probes, image tasks on a ViT, graph tasks on a graph transformer). Each family
+    reads its own fields; a field of another family is refused, naming it.
     """
 
     model_config = ConfigDict(
@@ -246,7 +247,7 @@ class DataSpec(BaseModel):
     )
     corpus: Annotated[Corpus | None, Field(title="Corpus")] = None
     """
-    'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
+    text: 'stdlib' (built offline from the Python standard library), 'tinyshakespeare' (tinyshakespeare.txt in a data directory), or a text file under the data directories (POSENC_DATA_DIR, POSENC_DATA_DIRS), by name relative to one of them or by an absolute path inside one
     """
     graph_family: Annotated[Literal["tree", "er"] | None, Field(title="Graph Family")] = None
     """
@@ -268,17 +269,18 @@ class DataSpec(BaseModel):
     """
     image tasks: side of a square patch in pixels (default 4)
     """
-    task: Annotated[
-        Literal["copy", "reverse", "addition", "selective_copy", "counting", "flip_flop", "parity", "sort"]
-        | Literal["shapes", "quadrant", "above_left", "same_diagonal"]
-        | Literal["graph_distance"]
-        | None,
-        Field(title="Task"),
-    ] = None
+    size: Annotated[Size | None, Field(title="Size")] = None
     """
-    a synthetic sequence task; an image task (procedural images, any resolution): 'shapes' (10 shape classes), 'quadrant' (which quadrant holds the red dot), 'above_left' (is the red dot above-left of the blue one), 'same_diagonal' (are the two dots on one diagonal); or a graph task: 'graph_distance' (random graphs, two marked nodes, classify their shortest-path distance 1, 2, ..., >= max_distance)
+    sequence tasks: the largest training size, in items
+    """
+    task: Annotated[Task | None, Field(title="Task")] = None
+    """
+    a task of a task family: synthetic sequence tasks (copy, copy_single, copy_replace, reverse, addition, selective_copy, counting, flip_flop, parity, sort), the probes ('probes'), image tasks (shapes, quadrant, above_left, same_diagonal) or graph tasks (graph_distance); GET /v1/tasks lists them
     """
     val_fraction: Annotated[float, Field(gt=0.0, lt=0.5, title="Val Fraction")] = 0.1
+    """
+    text: the validation split's share
+    """
 
 
 class DecodeRequest(BaseModel):
@@ -367,12 +369,18 @@ class EncodingRequest(BaseModel):
 
 
 class EvalSpec(BaseModel):
+    """
+    The evaluation sizes, each family in its own unit: ``lengths`` in tokens (text, probes), ``sizes`` in items
+    (sequence tasks), ``resolutions`` in pixels (images), ``num_nodes`` in nodes (graphs). The training size is
+    always evaluated too.
+    """
+
     model_config = ConfigDict(
         extra="allow",
     )
     lengths: Annotated[Lengths | None, Field(title="Lengths")] = None
     """
-    default [L, 2L, 4L, 8L] with L the training length
+    text and probes: evaluation lengths in tokens; default text [L, 2L, 4L, 8L], probes [L/4, L/2, L, 2L, 4L, 8L] with L = train.length
     """
     max_tokens: Annotated[int, Field(ge=1, le=9223372036854776000, title="Max Tokens")] = 65536
     """
@@ -389,7 +397,11 @@ class EvalSpec(BaseModel):
     """
     samples: Annotated[int, Field(ge=1, le=9223372036854776000, title="Samples")] = 100
     """
-    sequences per length (synthetic tasks), images per resolution
+    held-out examples per size: sequences (tasks), per probe (probes), images, graphs
+    """
+    sizes: Annotated[Sizes | None, Field(title="Sizes")] = None
+    """
+    sequence tasks: evaluation sizes in items; default every size 1 ... 2n, then 3n and 4n with n = data.size
     """
     stride: Annotated[Stride | None, Field(title="Stride")] = None
     """
@@ -508,11 +520,23 @@ class Job(BaseModel):
     )
     artifacts: Annotated[list[Artifact] | None, Field(title="Artifacts")] = None
     attempts: Annotated[int, Field(title="Attempts")] = 0
+    children: Annotated[list[JobChild] | None, Field(title="Children")] = None
+    """
+    a benchmark that fanned out (one job per run, on any worker): its runs, in run order; its progress is theirs summed. They are listed by GET /v1/jobs?parent={id}
+    """
     created_at: Annotated[AwareDatetime, Field(title="Created At")]
     error: Annotated[str | None, Field(title="Error")] = None
+    estimate_s: Annotated[float | None, Field(title="Estimate S")] = None
+    """
+    seconds this job should take on one worker of its queue, estimated when it was submitted: its cost in multiply-adds over the throughput measured on this deployment's recent jobs (a default until one has run). Several workers share a benchmark's runs
+    """
     finished_at: Annotated[AwareDatetime | None, Field(title="Finished At")] = None
     id: Annotated[str, Field(title="Id")]
     kind: Annotated[Literal["train", "extrapolate", "benchmark", "compute"], Field(title="Kind")]
+    parent: Annotated[str | None, Field(title="Parent")] = None
+    """
+    a run of a benchmark that fanned out: the benchmark's job id
+    """
     progress: JobProgress | None = None
     queue: Annotated[str, Field(title="Queue")] = "cpu"
     result: Annotated[dict[str, Any] | None, Field(title="Result")] = None
@@ -523,6 +547,33 @@ class Job(BaseModel):
         Field(title="Status"),
     ]
     updated_at: Annotated[AwareDatetime | None, Field(title="Updated At")] = None
+
+
+class JobChild(BaseModel):
+    """
+    One (method, seed) run of a benchmark that fanned out, or one (task, method, seed) run of a suite: a job of
+    its own (``GET /v1/jobs/{id}``).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(title="Id")]
+    method: Annotated[str, Field(title="Method")]
+    """
+    the run's method label, as in the result table ('rope', 'rope#2', ...)
+    """
+    seed: Annotated[int, Field(title="Seed")]
+    status: Annotated[
+        Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"],
+        Field(title="Status"),
+    ]
+    step: Annotated[int, Field(title="Step")] = 0
+    task: Annotated[str | None, Field(title="Task")] = None
+    """
+    a suite's run: the task it belongs to ('copy_single', ...)
+    """
+    total: Annotated[int, Field(title="Total")] = 0
 
 
 class JobCreate(BaseModel):
@@ -572,6 +623,10 @@ class JobSpec(BaseModel):
     methods: Annotated[list[MethodRef], Field(max_length=32, min_length=1, title="Methods")]
     model: ModelSpec | None = None
     seeds: Annotated[list[Seed] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
+    suite: Annotated[Suite | None, Field(title="Suite")] = None
+    """
+    benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
+    """
     train: TrainSpec | None = None
 
 
@@ -653,7 +708,7 @@ class Length1(RootModel[int]):
 class Lengths(RootModel[list[Length1]]):
     root: Annotated[list[Length1], Field(max_length=64, title="Lengths")]
     """
-    default [L, 2L, 4L, 8L] with L the training length
+    text and probes: evaluation lengths in tokens; default text [L, 2L, 4L, 8L], probes [L/4, L/2, L, 2L, 4L, 8L] with L = train.length
     """
 
 
@@ -1127,10 +1182,42 @@ class ShapeItem(RootModel[int]):
     root: Annotated[int, Field(ge=0, le=2147483647)]
 
 
+class Size(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=4096, title="Size")]
+    """
+    sequence tasks: the largest training size, in items
+    """
+
+
+class Size1(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=4096)]
+
+
+class Sizes(RootModel[list[Size1]]):
+    root: Annotated[list[Size1], Field(max_length=64, title="Sizes")]
+    """
+    sequence tasks: evaluation sizes in items; default every size 1 ... 2n, then 3n and 4n with n = data.size
+    """
+
+
 class Stride(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=9223372036854776000, title="Stride")]
     """
     sliding: tokens scored per window (default L/2)
+    """
+
+
+class Suite(RootModel[str]):
+    root: Annotated[str, Field(max_length=32, title="Suite")]
+    """
+    benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
+    """
+
+
+class Task(RootModel[str]):
+    root: Annotated[str, Field(max_length=64, title="Task")]
+    """
+    a task of a task family: synthetic sequence tasks (copy, copy_single, copy_replace, reverse, addition, selective_copy, counting, flip_flop, parity, sort), the probes ('probes'), image tasks (shapes, quadrant, above_left, same_diagonal) or graph tasks (graph_distance); GET /v1/tasks lists them
     """
 
 

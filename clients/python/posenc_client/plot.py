@@ -69,48 +69,60 @@ def plot_heads(
     return figure
 
 
-def plot_metric_vs_length(
+def plot_metric_vs_size(
     result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     *,
     metric: str | None = None,
     title: str | None = None,
     log_y: bool | None = None,
 ) -> Figure:
-    """Metric against evaluation length, one line per method (mean over seeds, min-max band).
+    """A metric against the evaluation size, one line per method (the mean over seeds of each seed's mean over
+    the row's groups, such as a probe's depths; a min-max band over seeds), the training size marked.
 
-    ``result`` is a finished benchmark's ``job.result`` (with its ``table``) or the table itself: rows
-    ``{"method", "seed", "length", "metric", "value"}``. ``metric`` picks one when the table has several;
-    perplexity is drawn on a log axis unless ``log_y`` says otherwise.
+    ``result`` is a finished benchmark's ``job.result`` (its ``table``, and its ``data`` for the unit and the
+    training size) or the table itself: rows ``{"method", "seed", "size", "metric", "value", ...}``. ``metric``
+    picks one when the table has several (default: the result's headline metric); perplexity is drawn on a log
+    axis unless ``log_y`` says otherwise.
     """
     rows = _table_rows(result)
-    metrics = sorted({str(row["metric"]) for row in rows})
     if not rows:
         raise ValueError("the table has no rows")
-    chosen = metric or metrics[0]
+    data: Mapping[str, Any] = result.get("data", {}) if isinstance(result, Mapping) else {}
+    metrics = sorted({str(row["metric"]) for row in rows})
+    chosen = metric or str(data.get("metric") or metrics[0])
     if chosen not in metrics:
         raise ValueError(f"no rows with metric {chosen!r}; the table has {', '.join(metrics)}")
-    by_method: dict[str, dict[int, list[float]]] = {}
+    per_seed: dict[tuple[str, int, int], list[float]] = {}
     for row in rows:
-        if row["metric"] == chosen:
-            by_method.setdefault(str(row["method"]), {}).setdefault(int(row["length"]), []).append(float(row["value"]))
+        if row["metric"] == chosen and row["value"] is not None:
+            key = (str(row["method"]), int(row["seed"]), int(row["size"]))
+            per_seed.setdefault(key, []).append(float(row["value"]))
+    by_method: dict[str, dict[int, list[float]]] = {}
+    for (method, _, size), values in per_seed.items():
+        by_method.setdefault(method, {}).setdefault(size, []).append(sum(values) / len(values))
     figure = _new_figure(width=6.0, height=4.0)
     axis = figure.subplots()
-    for method, by_length in sorted(by_method.items()):
-        lengths = sorted(by_length)
-        means = [sum(by_length[n]) / len(by_length[n]) for n in lengths]
-        (line,) = axis.plot(lengths, means, marker="o", label=method)
-        if any(len(by_length[n]) > 1 for n in lengths):
-            lows = [min(by_length[n]) for n in lengths]
-            highs = [max(by_length[n]) for n in lengths]
-            axis.fill_between(lengths, lows, highs, alpha=0.2, color=line.get_color())
-    axis.set_xscale("log", base=2)
-    if log_y if log_y is not None else "perplexity" in chosen.lower():
+    for method, by_size in sorted(by_method.items()):
+        sizes = sorted(by_size)
+        means = [sum(by_size[n]) / len(by_size[n]) for n in sizes]
+        (line,) = axis.plot(sizes, means, marker="o", label=method)
+        if any(len(by_size[n]) > 1 for n in sizes):
+            lows = [min(by_size[n]) for n in sizes]
+            highs = [max(by_size[n]) for n in sizes]
+            axis.fill_between(sizes, lows, highs, alpha=0.2, color=line.get_color())
+    all_sizes = sorted({size for by_size in by_method.values() for size in by_size})
+    if all_sizes and all_sizes[-1] >= 32 * max(all_sizes[0], 1):
+        axis.set_xscale("log", base=2)
+    if log_y if log_y is not None else chosen == "ppl":
         axis.set_yscale("log")
-    axis.set_xlabel("evaluation length")
+    unit = str(data.get("unit", "size"))
+    if "train_size" in data:
+        axis.axvline(data["train_size"], color="grey", linestyle="--", label=f"trained up to {data['train_size']}")
+    axis.set_xlabel(f"evaluation size ({unit})")
     axis.set_ylabel(chosen)
     axis.grid(True, which="both", alpha=0.3)
     axis.legend()
-    axis.set_title(title or f"{chosen} against length")
+    axis.set_title(title or f"{chosen} against size ({unit})")
     return figure
 
 
@@ -118,7 +130,7 @@ def _table_rows(result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list
     table: Iterable[Any] = result.get("table", ()) if isinstance(result, Mapping) else result
     rows = [row for row in table if isinstance(row, Mapping)]
     for row in rows:
-        missing = {"method", "length", "metric", "value"} - set(row)
+        missing = {"method", "seed", "size", "metric", "value"} - set(row)
         if missing:
             raise ValueError(f"table row {dict(row)} lacks {', '.join(sorted(missing))}")
     return rows

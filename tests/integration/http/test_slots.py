@@ -28,7 +28,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "/v1/models/convert": {"config": LLAMA, "to": "v5"},
     "/v1/jobs": {
         "kind": "train",
-        "spec": {"methods": [{"method": "rope"}], "data": {"task": "copy"}, "train": {"length": 16, "steps": 1}},
+        "spec": {"methods": [{"method": "rope"}], "data": {"task": "copy", "size": 4}, "train": {"steps": 1}},
     },
 }
 NEEDS_REDIS = {"/v1/jobs"}  # with the slots free it goes on to the job store, which this app has none of

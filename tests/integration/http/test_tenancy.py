@@ -34,15 +34,15 @@ def owner_of(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def train_request(*, steps: int = 10, batch_size: int = 2, length: int = 16) -> dict[str, Any]:
+def train_request(*, steps: int = 10, batch_size: int = 2, size: int = 6) -> dict[str, Any]:
     """A tiny train job on the built-in copy task (no corpus file)."""
     return {
         "kind": "train",
         "spec": {
             "methods": [{"method": "rope"}],
-            "data": {"task": "copy"},
+            "data": {"task": "copy", "size": size},
             "model": {"layers": 1, "dim": 16, "heads": 2},
-            "train": {"length": length, "steps": steps, "batch_size": batch_size, "warmup_steps": 0},
+            "train": {"steps": steps, "batch_size": batch_size, "warmup_steps": 0},
             "eval": {"samples": 4},
             "device": "cpu",
         },
@@ -248,23 +248,22 @@ def test_a_key_at_its_active_jobs_limit_gets_429_naming_it_even_after_a_restart(
     wire.problem(restarted.post("/v1/jobs", json=train_request(), headers=A), 429)
 
 
-def expected_cost(steps: int, batch_size: int, length: int) -> int:
+def expected_cost(steps: int, batch_size: int, size: int) -> int:
     """train_request's cost in multiply-adds, worked out by hand: one method, one seed, a model of 1 layer,
-    width 16, feed-forward 4x and at most 256 output classes, so one token at sequence length T costs
-    (4 + 2·4)·16² + 2·T·16 + 256·16 = 7168 + 32·T; training is 3 passes of steps x batch_size x length tokens,
-    and a train job evaluates the copy task at its training size n = (length - 3) // 2, samples x (2n + 3)
-    tokens."""
-    size = (length - 3) // 2
-    per_token = 7168 + 32 * length
-    per_eval_token = 7168 + 32 * (2 * size + 3)
-    return 3 * steps * batch_size * length * per_token + 4 * (2 * size + 3) * per_eval_token
+    width 16, feed-forward 4x and the copy task's 24 output classes (4 specials, 20 letters), so one token at
+    sequence length T costs (4 + 2·4)·16² + 2·T·16 + 24·16 = 3456 + 32·T; a copy example of size n is
+    T = 2n + 3 tokens; training is 3 passes of steps x batch_size of them, and a train job evaluates samples (4)
+    of them at its training size."""
+    tokens = 2 * size + 3
+    per_token = 3456 + 32 * tokens
+    return 3 * steps * batch_size * tokens * per_token + 4 * tokens * per_token
 
 
 def test_a_job_over_the_cost_cap_is_413_with_size_limit_and_setting(
     tenants: Callable[..., TestClient], make_client: Callable[..., TestClient], wire: Any, redis_url: str
 ) -> None:
     client = tenants()
-    huge = client.post("/v1/jobs", json=train_request(steps=10_000_000, batch_size=4096, length=4096), headers=A)
+    huge = client.post("/v1/jobs", json=train_request(steps=10_000_000, batch_size=4096, size=4096), headers=A)
     problem = wire.problem(huge, 413)
     assert problem["size"] == expected_cost(10_000_000, 4096, 4096)
     assert problem["limit"] == 10**15
@@ -272,10 +271,10 @@ def test_a_job_over_the_cost_cap_is_413_with_size_limit_and_setting(
     assert str(problem["size"]) in problem["detail"]
 
     # The cap holds without keys too; a compute job counts 1 (its own byte budget applies).
-    capped = make_client(redis_url=redis_url, max_job_cost=expected_cost(10, 2, 16))
+    capped = make_client(redis_url=redis_url, max_job_cost=expected_cost(10, 2, 6))
     assert capped.post("/v1/jobs", json=train_request(steps=10)).status_code == 202
     over = wire.problem(capped.post("/v1/jobs", json=train_request(steps=11)), 413)
-    assert (over["size"], over["limit"]) == (expected_cost(11, 2, 16), expected_cost(10, 2, 16))
+    assert (over["size"], over["limit"]) == (expected_cost(11, 2, 6), expected_cost(10, 2, 6))
     compute = {
         "kind": "compute",
         "spec": {"route": "bias", "request": {"method": "alibi", "num_heads": 1, "query_length": 2}},

@@ -10,6 +10,7 @@ import subprocess
 import venv
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -69,5 +70,24 @@ def test_pip_install_into_a_fresh_venv_and_run_the_quickstart(job_stack: str, tm
     assert run.returncode == 0, run.stdout + run.stderr
     assert "alibi (8, 128, 128)" in run.stdout
     assert "yarn (1, 8, 256, 64)" in run.stdout
-    rows = [line for line in run.stdout.splitlines() if line.startswith(("rope ", "alibi "))]
-    assert {line.split()[:2][0] for line in rows} == {"rope", "alibi"}
+    rows = [line.split() for line in run.stdout.splitlines() if line.startswith(("copy_single ", "copy "))]
+    scores = {(task, method, int(size)): float(value) for task, method, size, value in rows}
+    assert {(task, method) for task, method, _ in scores} == {
+        (task, method) for task in ("copy_single", "copy") for method in ("nope", "rope")
+    }
+    # nonzero scores, and the separation the suite is for: repeating one symbol, NoPE holds past the training
+    # size where RoPE falls (the NoPE paper's rsc)
+    assert scores[("copy_single", "nope", 8)] > 0.5
+    assert scores[("copy_single", "rope", 8)] > 0.5
+    assert scores[("copy_single", "nope", 12)] - scores[("copy_single", "rope", 12)] > 0.3
+
+    # the suite fanned out: one job per (task, method, seed), each named in the benchmark's children; the job
+    # carried a duration estimate from the moment it was queued
+    suite = next(job for job in httpx.get(f"{job_stack}/v1/jobs", params={"kind": "benchmark"}).json()["data"]
+             if job["spec"].get("suite") == "quick")  # fmt: skip
+    assert [(child["task"], child["method"], child["status"]) for child in suite["children"]] == [
+        (task, method, "succeeded") for task in ("copy_single", "copy") for method in ("nope", "rope")
+    ]
+    assert suite["estimate_s"] > 0
+    runs = httpx.get(f"{job_stack}/v1/jobs", params={"parent": suite["id"]}).json()["data"]
+    assert [run["parent"] for run in runs] == [suite["id"]] * 4

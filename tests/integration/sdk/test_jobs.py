@@ -22,7 +22,7 @@ from posenc_client import (
     RetryEvent,
     ValidationError,
 )
-from posenc_client.plot import plot_metric_vs_length
+from posenc_client.plot import plot_metric_vs_size
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def test_benchmark_job_sync(job_stack: str, corpus: Path, tmp_path: Path, capsys
         assert finished.progress.step == finished.progress.total
 
         table = (finished.result or {})["table"]
-        assert {(row["method"], row["length"]) for row in table} >= {("rope", 16), ("alibi", 32)}
+        assert {(row["method"], row["size"]) for row in table} >= {("rope", 16), ("alibi", 32)}
         names = {artifact.name for artifact in finished.artifacts or []}
         assert {"plot.png", "table.csv"} <= names
         png = client.jobs.download_artifact(job.id, "plot.png", tmp_path)
@@ -87,9 +87,11 @@ def test_benchmark_job_sync(job_stack: str, corpus: Path, tmp_path: Path, capsys
     assert steps == sorted(steps)  # progress only moves forward
     assert "step" in capsys.readouterr().err  # the tqdm bar (unit "step") went to stderr
 
-    figure = plot_metric_vs_length(finished.result or {})
+    figure = plot_metric_vs_size(finished.result or {})
     figure.savefig(tmp_path / "metric.png")
-    assert len(figure.axes[0].get_lines()) == 2  # one line per method
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert labels == ["alibi", "rope", "trained up to 16"]  # one line per method, and the training size
+    assert figure.axes[0].get_xlabel() == "evaluation size (tokens)"
 
 
 def test_jobs_async_failed_cancelled_and_timeout(job_stack: str, corpus: Path) -> None:

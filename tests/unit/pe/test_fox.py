@@ -17,7 +17,7 @@ from posenc.pe.fox import FoxParams, decay_bias_init, fox_learned_init
 from posenc.pe.registry import get_method
 from posenc.pe.types import LayerInputs, ScoreContext
 from posenc.schemas.methods import Kind
-from posenc.training.model import Block, ModelConfig, TinyTransformer, training_params, training_params_note
+from posenc.training.model import Block, ModelConfig, TinyTransformer
 
 SPEC = get_method("fox")
 HEADS, HEAD_DIM = 2, 3
@@ -300,25 +300,25 @@ def test_training_defaults_fill_only_the_keys_a_job_leaves_out() -> None:
     assert isinstance(paper_defaults, FoxParams)
     assert paper_defaults.fgate_bias_init is False  # compute routes keep the authors' defaults
 
-    assert training_params(SPEC, {}) == SPEC.training_defaults
-    assert training_params(SPEC, None) == SPEC.training_defaults
-    assert training_params_note(SPEC, {}) == SPEC.training_note
+    assert SPEC.training_params({}) == SPEC.training_defaults
+    assert SPEC.training_params(None) == SPEC.training_defaults
+    assert SPEC.training_params_note({}) == SPEC.training_note
     # the job's keys win; the authors' init drops the default decay times (they are read only with the init)
-    assert training_params(SPEC, {"fgate_bias_init": False}) == {"fgate_bias_init": False}
-    assert training_params_note(SPEC, {"fgate_bias_init": False}) is None
-    assert training_params(SPEC, {"decay_time_max": 128.0, "seed": 5}) == {
+    assert SPEC.training_params({"fgate_bias_init": False}) == {"fgate_bias_init": False}
+    assert SPEC.training_params_note({"fgate_bias_init": False}) is None
+    assert SPEC.training_params({"decay_time_max": 128.0, "seed": 5}) == {
         "decay_time_max": 128.0,
         "seed": 5,
         "fgate_bias_init": True,
         "decay_time_min": 4.0,
     }
-    assert training_params(SPEC, {"fgate_type": "none"}) == {"fgate_type": "none"}  # 'none' has no gate bias
+    assert SPEC.training_params({"fgate_type": "none"}) == {"fgate_type": "none"}  # 'none' has no gate bias
     given = {"fgate_bias_init": True, "decay_time_min": 2.0, "decay_time_max": 8.0}
-    assert training_params(SPEC, given) == given
-    assert training_params_note(SPEC, given) is None
-    assert training_params(get_method("t5"), {"seed": 1}) == {"seed": 1}  # no training defaults
+    assert SPEC.training_params(given) == given
+    assert SPEC.training_params_note(given) is None
+    assert get_method("t5").training_params({"seed": 1}) == {"seed": 1}  # no training defaults
     raw = {"seed": 2}
-    training_params(SPEC, raw)
+    SPEC.training_params(raw)
     assert raw == {"seed": 2}  # the job's params are not changed
 
 

@@ -1,4 +1,4 @@
-"""Corpora, batches and synthetic tasks: deterministic, split nanoGPT-style, formats as documented."""
+"""Corpora and text batches: deterministic, split nanoGPT-style (token tasks: tests/unit/tasks)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,8 @@ import pytest
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.jobspec import max_task_size, task_sequence_length
 from posenc.training import data
-from posenc.training.data import (
-    BOS,
-    EOS,
-    SEP,
-    char_corpus,
-    load_corpus_text,
-    task_batch,
-    task_train_batch,
-    task_vocab,
-    text_batch,
-)
+from posenc.training.data import char_corpus, load_corpus_text, text_batch
 
 
 def test_char_corpus_sorted_vocab_and_train_first_split() -> None:
@@ -77,38 +66,3 @@ def test_stdlib_corpus_is_deterministic_ascii_and_cached(tmp_path: Path, monkeyp
     [cached] = tmp_path.iterdir()
     assert cached.read_text() == built
     assert data.stdlib_corpus(tmp_path) == built
-
-
-@pytest.mark.parametrize("task", ["copy", "reverse", "addition"])
-def test_task_sequences_fit_the_training_length(task: data.TaskName) -> None:
-    size = max_task_size(task, 40)
-    assert task_sequence_length(task, size) <= 40 < task_sequence_length(task, size + 1)
-    batch = task_train_batch(task, size, 64, torch.Generator().manual_seed(0))
-    assert batch.inputs.shape[1] + 1 <= 40
-
-
-def _decode_rows(task: data.TaskName, sizes: list[int]) -> list[tuple[str, str]]:
-    """(prompt, target) strings of a batch, read back from inputs/targets and the loss mask."""
-    vocab = task_vocab(task)
-    batch = task_batch(task, sizes, torch.Generator().manual_seed(5))
-    rows = []
-    for inputs, targets, mask in zip(batch.inputs, batch.targets, batch.loss_mask, strict=True):
-        assert inputs[0] == BOS
-        sep = int((inputs == SEP).nonzero()[0])
-        scored = targets[mask].tolist()
-        assert scored[-1] == EOS  # EOS is predicted and scored
-        assert int(mask.nonzero()[0]) == sep  # the first scored prediction is the one made at SEP
-        prompt = "".join(vocab[i] for i in inputs[1:sep].tolist())
-        rows.append((prompt, "".join(vocab[i] for i in scored[:-1])))
-    return rows
-
-
-def test_copy_reverse_and_addition_formats() -> None:
-    for prompt, target in _decode_rows("copy", [3, 7]):
-        assert prompt == target
-    for prompt, target in _decode_rows("reverse", [4, 6]):
-        assert prompt[::-1] == target
-    for prompt, target in _decode_rows("addition", [1, 5]):
-        left, right = prompt.split("+")
-        assert int(left) + int(right) == int(target)
-    assert [len(p) for p, _ in _decode_rows("copy", [3, 7])] == [3, 7]

@@ -7,10 +7,16 @@ import math
 import pytest
 import torch
 
-from posenc.training.data import SEP, task_vocab
-from posenc.training.evaluate import evaluate_task, evaluate_text, protocol_windows
+from posenc.schemas.jobs import JobSpec
+from posenc.tasks import TokenTask, family_of
+from posenc.tasks.base import EOS, SEP
+from posenc.training.evaluate import evaluate_text, evaluate_tokens, protocol_windows
 
 VOCAB = 13
+COPY = family_of(
+    JobSpec.model_validate({"methods": [{"method": "nope"}], "data": {"task": "copy"}, "eval": {"samples": 10}})
+)
+assert isinstance(COPY, TokenTask)
 
 
 def uniform_model(ids: torch.Tensor) -> torch.Tensor:
@@ -68,24 +74,26 @@ def test_nll_is_the_mean_over_the_scored_targets_only() -> None:
 
 def copy_oracle(ids: torch.Tensor) -> torch.Tensor:
     """A perfect copy model: after SEP at s, position p emits ids[p - s + 1], then EOS."""
-    vocab = len(task_vocab("copy"))
-    logits = torch.zeros(*ids.shape, vocab)
+    logits = torch.zeros(*ids.shape, len(COPY.vocab()))
     for row in range(ids.shape[0]):
         sep = int((ids[row] == SEP).nonzero()[0])
         size = sep - 1
         for position in range(sep, ids.shape[1]):
             offset = position - sep
-            token = int(ids[row, offset + 1]) if offset < size else 3  # EOS
+            token = int(ids[row, offset + 1]) if offset < size else EOS
             logits[row, position, token] = 10.0
     return logits
 
 
 def test_exact_match_is_one_for_an_oracle_and_zero_when_one_token_is_wrong() -> None:
-    assert evaluate_task(copy_oracle, "copy", 6, samples=10, batch_size=4).exact_match == 1.0
+    [perfect] = evaluate_tokens(copy_oracle, COPY, 6, batch_size=4)
+    assert (perfect["exact_match"], perfect["token_accuracy"], perfect["samples"]) == (1.0, 1.0, 10)
 
     def wrong_eos(ids: torch.Tensor) -> torch.Tensor:
         logits = copy_oracle(ids)
-        logits[..., 3] = -10.0  # never predicts EOS: every target but the last is right
+        logits[..., EOS] = -10.0  # never predicts EOS: every target but the last is right
         return logits
 
-    assert evaluate_task(wrong_eos, "copy", 6, samples=10).exact_match == 0.0
+    [missing_eos] = evaluate_tokens(wrong_eos, COPY, 6)
+    assert missing_eos["exact_match"] == 0.0
+    assert missing_eos["token_accuracy"] == pytest.approx(6 / 7)  # six symbols right, EOS wrong

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from posenc import jobspec
 from posenc.corpora import CORPUS_RULE
 from posenc.errors import InvalidInput
-from posenc.jobspec import eval_lengths, validate_spec
+from posenc.jobspec import validate_spec
 from posenc.pe import UnknownMethodError, get_method
 from posenc.schemas.jobs import JobKind, JobSpec
+from posenc.tasks import base, family_of
 from posenc.training.files import load_model
 from posenc.training.hooks import JobCancelled, Progress
 from posenc.training.jobs import run_job
@@ -35,12 +35,15 @@ class Hooks:
 
 
 def tiny_spec(corpus: Path | None, method_names: list[str], **overrides: Any) -> JobSpec:
+    """A text job on ``corpus`` (length 16, evaluated at 16 and 32 tokens), or the copy task (sizes up to 6 items,
+    evaluated at 2 and 6) without one."""
+    train: dict[str, Any] = {"steps": 6, "batch_size": 4, "checkpoint_every": 2, "warmup_steps": 2}
     raw: dict[str, Any] = {
         "methods": [{"method": m} for m in method_names],
-        "data": {"corpus": str(corpus)} if corpus is not None else {"task": "copy"},
+        "data": {"corpus": str(corpus)} if corpus is not None else {"task": "copy", "size": 6},
         "model": {"layers": 1, "dim": 16, "heads": 2},
-        "train": {"length": 16, "steps": 6, "batch_size": 4, "checkpoint_every": 2, "warmup_steps": 2},
-        "eval": {"lengths": [16, 32], "max_tokens": 256, "samples": 8},
+        "train": train | {"length": 16} if corpus is not None else train,
+        "eval": {"lengths": [16, 32], "max_tokens": 256} if corpus is not None else {"sizes": [2, 6], "samples": 8},
         "seeds": [0],
     }
     raw.update(overrides)
@@ -63,9 +66,13 @@ def test_validation_refuses_what_the_schema_cannot_check(text_file: Path) -> Non
         validate_spec("train", tiny_spec(text_file, ["rope"], checkpoint="abc"))
     with pytest.raises(InvalidInput, match="id of a finished train job"):
         validate_spec("extrapolate", tiny_spec(text_file, ["rope"], checkpoint="../etc"))
-    with pytest.raises(InvalidInput, match=r"train\.length >= 5"):
-        validate_spec("train", tiny_spec(None, ["rope"], train={"length": 4}))
-    with pytest.raises(InvalidInput, match="at least one length"):
+    with pytest.raises(InvalidInput, match=r"takes its training size at data\.size") as tokens_for_a_task:
+        validate_spec("train", tiny_spec(None, ["rope"], train={"length": 40, "steps": 6}))
+    assert tokens_for_a_task.value.loc == ("body", "spec", "train", "length")
+    with pytest.raises(InvalidInput, match=r"eval\.sizes") as lengths_for_a_task:
+        validate_spec("benchmark", tiny_spec(None, ["rope"], eval={"lengths": [16]}))
+    assert lengths_for_a_task.value.loc == ("body", "spec", "eval", "lengths")
+    with pytest.raises(InvalidInput, match="at least one size"):
         validate_spec("benchmark", tiny_spec(text_file, ["rope"], eval={"lengths": []}))
     validate_spec("benchmark", tiny_spec(text_file, ["rope", "alibi", "sinusoidal"]))
 
@@ -75,7 +82,7 @@ def test_learned_methods_need_an_init_and_a_table_covering_the_eval_lengths(
 ) -> None:
     learned = get_method("learned_absolute")
     with monkeypatch.context() as patched:
-        patched.setattr(jobspec, "get_method", lambda name: dataclasses.replace(learned, learned_init=None))
+        patched.setattr(base, "get_method", lambda name: dataclasses.replace(learned, learned_init=None))
         with pytest.raises(InvalidInput, match="learned_init"):
             validate_spec("train", tiny_spec(text_file, ["learned_absolute"]))
 
@@ -87,14 +94,15 @@ def test_learned_methods_need_an_init_and_a_table_covering_the_eval_lengths(
     validate_spec("extrapolate", tiny_spec(text_file, [], methods=covering))
 
 
-def test_default_eval_lengths_are_multiples_of_the_train_length(text_file: Path) -> None:
-    assert eval_lengths(tiny_spec(text_file, ["rope"], eval={})) == [16, 32, 64, 128]
-    assert eval_lengths(tiny_spec(None, ["rope"], eval={})) == [
-        6,
-        12,
-        24,
-        48,
-    ]  # copy sizes: (16 - 3) // 2 = 6
+def test_default_evaluation_sizes_are_in_the_familys_unit(text_file: Path) -> None:
+    text = family_of(tiny_spec(text_file, ["rope"], eval={}))
+    assert (text.unit, text.train_size(), text.eval_sizes()) == ("tokens", 16, [16, 32, 64, 128])
+    copy = family_of(tiny_spec(None, ["rope"], eval={}))
+    assert (copy.unit, copy.train_size()) == ("items", 6)
+    assert copy.eval_sizes() == [*range(1, 13), 18, 24]  # every size to 2n, then 3n and 4n
+    assert copy.tokens(6) == 15  # BOS x1..x6 SEP x1..x6 EOS
+    given = family_of(tiny_spec(None, ["rope"], eval={"sizes": [9, 12]}))
+    assert given.eval_sizes() == [6, 9, 12]  # the training size is always evaluated
 
 
 def test_a_corpus_outside_the_data_dirs_is_refused_before_and_when_the_job_runs(
@@ -129,7 +137,11 @@ def test_benchmark_end_to_end_table_csv_png_and_resume(text_file: Path, tmp_path
 
     table = result["table"]
     assert len(table) == 2 * 2 * 2 * 2  # methods x seeds x lengths x {ppl, nll}
-    assert set(table[0]) == {"method", "seed", "length", "metric", "value"}
+    assert set(table[0]) == {"method", "seed", "size", "metric", "value", "learned", "in_distribution"}
+    assert result["data"]["unit"] == "tokens"
+    assert (result["data"]["train_size"], result["data"]["sizes"]) == (16, [16, 32])
+    assert result["data"]["tokens"] == {"16": 16, "32": 32}
+    assert all(row["learned"] is None for row in table)  # perplexity has no threshold
     assert {(r["method"], r["metric"]) for r in table} == {(m, k) for m in ("rope", "alibi") for k in ("ppl", "nll")}
     for row in table:
         if row["metric"] == "ppl":
@@ -139,16 +151,17 @@ def test_benchmark_end_to_end_table_csv_png_and_resume(text_file: Path, tmp_path
                 if r["metric"] == "nll"
                 and r["method"] == row["method"]
                 and r["seed"] == row["seed"]
-                and r["length"] == row["length"]
+                and r["size"] == row["size"]
             )
             assert row["value"] == pytest.approx(torch.tensor(nll, dtype=torch.float64).exp().item())
-    ratios = {(s["method"], s["metric"], s["length"]): s["ratio"] for s in result["summary"]}
+    ratios = {(s["method"], s["metric"], s["size"]): s["ratio"] for s in result["summary"]}
     assert ratios[("rope", "ppl", 16)] == 1.0
+    assert {s["reference_size"] for s in result["summary"]} == {16}
 
     with (tmp_path / "job" / "table.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(table)
-    assert list(rows[0]) == ["method", "seed", "length", "metric", "value"]
+    assert list(rows[0]) == ["method", "seed", "size", "metric", "value", "learned", "in_distribution"]
     assert (tmp_path / "job" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "job" / "table.json").read_text())["table"] == table
 
@@ -174,8 +187,9 @@ def test_a_cancelled_benchmark_resumes_to_the_same_table(text_file: Path, tmp_pa
 def test_train_then_extrapolate_the_saved_checkpoint(text_file: Path, tmp_path: Path) -> None:
     spec = tiny_spec(text_file, ["alibi"], seeds=[3, 4])
     trained = run("train", spec, tmp_path / "train-1")
-    assert trained["val_length"] == 16
-    assert trained["val_ppl"] == pytest.approx(torch.tensor(trained["val_nll"]).exp().item())
+    assert (trained["data"]["train_size"], trained["data"]["unit"]) == (16, "tokens")
+    scores = trained["in_distribution"]
+    assert scores["ppl"] == pytest.approx(torch.tensor(scores["nll"]).exp().item())
     assert trained["loss_curve"][-1][0] == 6
     assert len(trained["runs"]) == 2
     for name in ("model.safetensors", "model.json", "model-seed4.safetensors", "loss_curve.json"):
@@ -186,10 +200,10 @@ def test_train_then_extrapolate_the_saved_checkpoint(text_file: Path, tmp_path: 
     assert len(metadata["vocab"]) == model.config.vocab_size
 
     evaluated = run("extrapolate", spec.model_copy(update={"checkpoint": "train-1"}), tmp_path / "extra-1")
-    assert evaluated["protocol"] == "nonoverlapping"
+    assert evaluated["data"]["protocol"] == "nonoverlapping"
     assert evaluated["checkpoint"] == "train-1"
-    assert [row["length"] for row in evaluated["rows"]] == [16, 32]
-    assert evaluated["rows"][0]["nll"] == pytest.approx(trained["val_nll"])  # the same model, the same data
+    assert [row["size"] for row in evaluated["rows"]] == [16, 32]
+    assert evaluated["rows"][0]["nll"] == pytest.approx(scores["nll"])  # the same model, the same data
     assert evaluated["rows"][0]["ratio"] == 1.0
 
     with pytest.raises(InvalidInput, match="no trained model"):
@@ -199,19 +213,19 @@ def test_train_then_extrapolate_the_saved_checkpoint(text_file: Path, tmp_path: 
 def test_extrapolate_trains_first_and_names_the_sliding_protocol(text_file: Path, tmp_path: Path) -> None:
     spec = tiny_spec(text_file, ["rope"], eval={"lengths": [16, 32], "protocol": "sliding", "max_tokens": 128})
     result = run("extrapolate", spec, tmp_path / "job")
-    assert result["protocol"] == "sliding"
-    assert [(r["length"], r["stride"], r["tokens"]) for r in result["rows"]] == [(16, 8, 128), (32, 16, 128)]
+    assert result["data"]["protocol"] == "sliding"
+    assert [(r["size"], r["stride"], r["tokens"]) for r in result["rows"]] == [(16, 8, 128), (32, 16, 128)]
 
 
 def test_task_benchmark_reports_exact_match(tmp_path: Path) -> None:
-    result = run(
-        "benchmark",
-        tiny_spec(None, ["nope", "alibi"], eval={"lengths": [2, 6], "samples": 8}),
-        tmp_path / "job",
-    )
-    assert {row["metric"] for row in result["table"]} == {"exact_match"}
+    result = run("benchmark", tiny_spec(None, ["nope", "alibi"]), tmp_path / "job")
+    assert {row["metric"] for row in result["table"]} == {"exact_match", "token_accuracy"}
     assert all(0.0 <= row["value"] <= 1.0 for row in result["table"])
-    assert result["protocol"] == "greedy_exact_match"
+    assert result["data"]["protocol"] == "greedy_exact_match"
+    assert (result["data"]["unit"], result["data"]["sizes"]) == ("items", [2, 6])
+    for run_record in result["runs"]:  # six steps learn nothing: flagged, not read as a failure to extrapolate
+        assert run_record["learned"] is (run_record["in_distribution"]["exact_match"] >= 0.9)
+    assert result["not_learned"] == sorted(f"{r['label']} seed {r['seed']}" for r in result["runs"] if not r["learned"])
 
 
 def test_a_method_whose_table_is_shorter_than_the_evaluation_is_refused_before_queueing(text_file: Path) -> None:

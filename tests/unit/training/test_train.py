@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.jobspec import task_sequence_length
-from posenc.schemas.jobs import TrainSpec
-from posenc.training.data import char_corpus, task_train_batch, task_vocab, text_batch
-from posenc.training.evaluate import evaluate_task
+from posenc.schemas.jobs import JobSpec, TrainSpec
+from posenc.tasks import TokenTask, family_of
+from posenc.training.data import char_corpus, text_batch, token_batch
+from posenc.training.evaluate import evaluate_tokens
 from posenc.training.hooks import JobCancelled, Progress
 from posenc.training.model import ModelConfig
 from posenc.training.train import Batch, BatchSource, TrainOutcome, lr_factor, train
@@ -129,18 +129,23 @@ COPY_SIZE = 8
 def train_fox_on_copy(params: dict[str, object]) -> float:
     """In-distribution greedy exact match of a tiny FoX model (2 layers, d = 64, 4 heads) trained 800 steps on
     copy of up to 8 symbols (about 12 s on one CPU core)."""
-    length = task_sequence_length("copy", COPY_SIZE)
+    copy = family_of(
+        JobSpec.model_validate({"methods": [{"method": "fox"}], "data": {"task": "copy", "size": COPY_SIZE}})
+    )
+    assert isinstance(copy, TokenTask)
+    length = copy.tokens(COPY_SIZE)
     spec = TrainSpec(length=length, steps=800, batch_size=32, lr=3e-3, warmup_steps=80, checkpoint_every=800)
     config = ModelConfig(
-        vocab_size=len(task_vocab("copy")), layers=2, dim=64, heads=4, method="fox", params=params, train_length=length
+        vocab_size=len(copy.vocab()), layers=2, dim=64, heads=4, method="fox", params=params, train_length=length
     )
 
     def batches(generator: torch.Generator) -> Batch:
-        drawn = task_train_batch("copy", COPY_SIZE, spec.batch_size, generator)
+        drawn = token_batch(copy.train_instances(spec.batch_size, generator))
         return Batch(drawn.inputs, drawn.targets, drawn.loss_mask)
 
     model = train(config, 0, spec, batches).model
-    return evaluate_task(model, "copy", COPY_SIZE, samples=100).exact_match
+    [cell] = evaluate_tokens(model, copy, COPY_SIZE)
+    return float(cell["exact_match"])
 
 
 def test_fox_fits_copy_with_its_training_default_and_not_with_the_authors_init() -> None:

@@ -7,15 +7,17 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from posenc.errors import InvalidInput
-from posenc.jobspec import eval_lengths, job_tokens, patch_positions, validate_spec
-from posenc.schemas.jobs import ImageTask, JobCreate, JobSpec, TrainSpec
+from posenc.jobspec import job_tokens, validate_spec
+from posenc.schemas.jobs import JobCreate, JobSpec, TrainSpec
+from posenc.tasks import family_of
+from posenc.tasks.images import IMAGE_TASKS, patch_positions
 from posenc.training.evaluate import evaluate_images
 from posenc.training.hooks import NoHooks
 from posenc.training.jobs import run_job
@@ -23,7 +25,7 @@ from posenc.training.train import Batch, train
 from posenc.training.vision import DOT_RADIUS, draw_scenes, image_batch, render, task_classes
 from posenc.training.vit import VisionTransformer, ViTConfig, token_positions
 
-TASKS: tuple[ImageTask, ...] = get_args(ImageTask)
+TASKS = IMAGE_TASKS
 METHODS = ("nope", "sinusoidal_2d", "rope_2d_axial", "alibi_2d", "vit_learned", "rope_mixed")
 
 
@@ -42,7 +44,7 @@ def config(method: str, **overrides: Any) -> ViTConfig:
 
 # ------------------------------------------------------------------------------------------------- data
 @pytest.mark.parametrize("task", TASKS)
-def test_batches_are_deterministic_per_seed(task: ImageTask) -> None:
+def test_batches_are_deterministic_per_seed(task: str) -> None:
     first = image_batch(task, 8, 16, torch.Generator().manual_seed(3))
     again = image_batch(task, 8, 16, torch.Generator().manual_seed(3))
     other = image_batch(task, 8, 16, torch.Generator().manual_seed(4))
@@ -56,7 +58,7 @@ def test_batches_are_deterministic_per_seed(task: ImageTask) -> None:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_a_scene_looks_the_same_at_two_resolutions(task: ImageTask) -> None:
+def test_a_scene_looks_the_same_at_two_resolutions(task: str) -> None:
     """The 64 px render box-downsampled 2 x 2 is the 32 px render up to edge pixels."""
     scenes = draw_scenes(task, 64, torch.Generator().manual_seed(0))
     downsampled = F.avg_pool2d(render(scenes, 64), 2)  # (B, 3, 32, 32)
@@ -73,7 +75,7 @@ def test_scenes_do_not_depend_on_the_resolution_they_are_drawn_for() -> None:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_labels_are_balanced(task: ImageTask) -> None:
+def test_labels_are_balanced(task: str) -> None:
     labels = draw_scenes(task, 4000, torch.Generator().manual_seed(0)).labels
     counts = torch.bincount(labels, minlength=len(task_classes(task))).double()
     expected = 4000 / len(task_classes(task))
@@ -208,12 +210,12 @@ def image_spec(methods: list[Any], **overrides: Any) -> JobSpec:
 
 def test_image_fields_get_their_defaults() -> None:
     spec = JobSpec.model_validate({"methods": [{"method": "nope"}], "data": {"task": "shapes"}})
-    assert (spec.data.image_size, spec.data.patch_size, spec.data.image_task) == (32, 4, "shapes")
-    assert spec.data.sequence_task is None
-    assert eval_lengths(spec) == [16, 24, 32, 48, 64]
+    images = family_of(spec)
+    assert (images.name, images.unit, images.train_size(), images.patch) == ("images", "pixels", 32, 4)  # type: ignore[attr-defined]
+    assert images.eval_sizes() == [16, 24, 32, 48, 64]
     odd = JobSpec.model_validate({"methods": [{"method": "nope"}], "data": {"task": "shapes", "patch_size": 8}})
-    assert eval_lengths(odd) == [16, 24, 32, 48, 64]
-    assert eval_lengths(image_spec(["nope"], eval={})) == [8, 12, 16, 24, 32]
+    assert family_of(odd).eval_sizes() == [16, 24, 32, 48, 64]
+    assert family_of(image_spec(["nope"], eval={})).eval_sizes() == [8, 12, 16, 24, 32]
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,7 @@ def test_image_fields_get_their_defaults() -> None:
         ({"data": {"task": "quadrant", "image_size": 18}}, ("data", "image_size"), "not a multiple of data.patch_size"),
         ({"eval": {"resolutions": [16, 30]}}, ("eval", "resolutions", 1), "30 px is not a multiple"),
         ({"eval": {"resolutions": [256]}}, ("eval", "resolutions", 0), "at most 32² are allowed"),
-        ({"eval": {"resolutions": []}}, ("eval", "resolutions"), "at least one resolution"),
+        ({"eval": {"resolutions": []}}, ("eval", "resolutions"), "at least one size"),
         ({"eval": {"lengths": [16]}}, ("eval", "lengths"), "eval.resolutions"),
         ({"methods": [{"method": "sinusoidal_3d"}]}, ("methods", 0, "method"), "3D positions"),
         (
@@ -243,13 +245,15 @@ def test_image_spec_errors_name_the_field(overrides: dict[str, Any], loc: tuple[
 
 def test_text_specs_refuse_the_image_fields() -> None:
     text = {"methods": [{"method": "rope"}], "data": {"corpus": "stdlib"}}
-    with pytest.raises(InvalidInput, match="resolutions are for image tasks") as refused:
+    with pytest.raises(InvalidInput, match="'resolutions' is not read by text data") as refused:
         validate_spec("train", JobSpec.model_validate(text | {"eval": {"resolutions": [16]}}))
     assert refused.value.loc == ("body", "spec", "eval", "resolutions")
     # cls_token is ignored by text models: a spec dumped whole (as the gateway hands it to the worker) passes
     validate_spec("train", JobSpec.model_validate(JobSpec.model_validate(text).model_dump()))
-    with pytest.raises(ValueError, match="image_size and patch_size are for the image tasks"):
-        JobSpec.model_validate({"methods": [{"method": "rope"}], "data": {"task": "copy", "image_size": 32}})
+    with pytest.raises(InvalidInput, match="'image_size' is not read by sequence data") as foreign:
+        validate_spec("train", JobSpec.model_validate({"methods": [{"method": "rope"}],
+                                                       "data": {"task": "copy", "image_size": 32}}))  # fmt: skip
+    assert foreign.value.loc == ("body", "spec", "data", "image_size")
     with pytest.raises(InvalidInput, match="2D positions"):  # the text models stay 1D
         validate_spec("train", JobSpec.model_validate({**text, "methods": [{"method": "sinusoidal_2d"}]}))
 
@@ -271,19 +275,23 @@ def test_image_job_tokens_count_patches() -> None:
 def test_image_benchmark_job_end_to_end(tmp_path: Path) -> None:
     spec = image_spec(["nope", "sinusoidal_2d"], seeds=[0, 1])
     result = run_job("benchmark", spec, job_dir=tmp_path / "job", artifact_root=tmp_path, hooks=NoHooks())
-    assert result["protocol"] == "top1_accuracy"
-    assert result["resolutions"] == [8, 16, 24]
-    assert result["train_resolution"] == result["in_distribution_resolution"] == 16
+    data = result["data"]
+    assert (data["protocol"], data["unit"], data["sizes"], data["train_size"]) == (
+        "top1_accuracy", "pixels", [8, 16, 24], 16
+    )  # fmt: skip
+    assert data["tokens"] == {"8": 4 + 1, "16": 16 + 1, "24": 36 + 1}  # patches and the CLS token
     table = result["table"]
     assert len(table) == 2 * 2 * 3
-    assert {tuple(sorted(row)) for row in table} == {("method", "metric", "resolution", "seed", "value")}
+    assert {tuple(sorted(row)) for row in table} == {
+        ("in_distribution", "learned", "method", "metric", "seed", "size", "value")
+    }
     assert {row["metric"] for row in table} == {"accuracy"}
     assert all(0 <= row["value"] <= 1 and math.isfinite(row["value"]) for row in table)
     summary = result["summary"]
     assert len(summary) == 2 * 3
-    assert all(row["seeds"] == 2 and row["reference_resolution"] == 16 for row in summary)
+    assert all(row["seeds"] == 2 and row["reference_size"] == 16 for row in summary)
     with (tmp_path / "job" / "table.csv").open() as handle:
-        assert next(csv.reader(handle)) == ["method", "seed", "resolution", "metric", "value"]
+        assert next(csv.reader(handle)) == ["method", "seed", "size", "metric", "value", "learned", "in_distribution"]
     assert (tmp_path / "job" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "job" / "table.json").read_text())["table"] == table
 
@@ -291,13 +299,13 @@ def test_image_benchmark_job_end_to_end(tmp_path: Path) -> None:
 def test_image_train_job_saves_the_vit(tmp_path: Path) -> None:
     spec = image_spec(["rope_2d_axial"], data={"task": "shapes", "image_size": 8, "patch_size": 4})
     result = run_job("train", spec, job_dir=tmp_path / "job", artifact_root=tmp_path, hooks=NoHooks())
-    assert result["val_resolution"] == 8
-    assert 0 <= result["val_accuracy"] <= 1
+    assert (result["data"]["train_size"], result["data"]["unit"]) == (8, "pixels")
+    assert 0 <= result["in_distribution"]["accuracy"] <= 1
     assert result["tokens_per_s"] is not None
     assert (tmp_path / "job" / "model.safetensors").is_file()
     metadata = json.loads((tmp_path / "job" / "model.json").read_text())
     assert metadata["config"]["patch_size"] == 4
     assert len(metadata["vocab"]) == 10
     checkpoint = JobSpec.model_validate({**spec.model_dump(), "checkpoint": "job", "eval": {}})
-    with pytest.raises(InvalidInput, match="trained an image or graph model"):
+    with pytest.raises(InvalidInput, match="trained an images model"):
         run_job("extrapolate", checkpoint, job_dir=tmp_path / "ex", artifact_root=tmp_path, hooks=NoHooks())

@@ -1,40 +1,47 @@
-"""Every synthetic task: instances checked by an independent solver, exact sequence-length arithmetic
-(``task_sequence_length`` / ``max_task_size``), the loss mask, determinism and exact match by size."""
+"""Every synthetic sequence task: instances checked by an independent solver, the longest sequence of a size
+(``tokens``), the padded batch and its loss mask, determinism, and exact match and per-token accuracy."""
 
 from __future__ import annotations
-
-from typing import get_args
 
 import pytest
 import torch
 
-from posenc.jobspec import max_task_size, task_sequence_length
-from posenc.schemas.jobs import SyntheticTask
-from posenc.training.data import (
-    BOS,
-    EOS,
-    PAD,
-    SEP,
-    SPECIAL_TOKENS,
-    TaskBatch,
-    TaskName,
-    task_batch,
-    task_train_batch,
-    task_vocab,
-)
-from posenc.training.evaluate import LogitsFn, evaluate_task
+from posenc.schemas.jobs import JobSpec
+from posenc.tasks import family_of
+from posenc.tasks.base import BOS, EOS, PAD, SEP, SPECIAL_TOKENS, Instance
+from posenc.tasks.sequence import FORMATS, SequenceTasks
+from posenc.training.data import TokenBatch, token_batch
+from posenc.training.evaluate import LogitsFn, evaluate_tokens
 
-TASKS: tuple[TaskName, ...] = get_args(TaskName)
+TASKS = tuple(FORMATS)
 LETTERS = "abcdefghijklmnopqrst"
 
 
+def family(task: str, size: int = 8, samples: int = 12) -> SequenceTasks:
+    chosen = family_of(JobSpec.model_validate({"methods": [{"method": "nope"}], "data": {"task": task, "size": size},
+                                               "eval": {"samples": samples}}))  # fmt: skip
+    assert isinstance(chosen, SequenceTasks)
+    return chosen
+
+
 # ------------------------------------------------------------------------------------- independent solver
-def solve(task: TaskName, prompt: str) -> tuple[int, str]:
+def solve(task: str, prompt: str) -> tuple[int, str]:
     """(size n, expected target) of a prompt, asserting the prompt is well formed for its task."""
     if task in ("copy", "reverse"):
         assert prompt
         assert set(prompt) <= set(LETTERS)
         return len(prompt), prompt if task == "copy" else prompt[::-1]
+    if task == "copy_single":
+        assert len(set(prompt)) == 1
+        assert prompt[0] in LETTERS
+        return len(prompt), prompt
+    if task == "copy_replace":
+        old, new, rest = prompt[0], prompt[1], prompt[2:]
+        assert old != new
+        assert {old, new} <= set(LETTERS)
+        assert rest
+        assert set(rest) == {old}
+        return len(rest), new * len(rest)
     if task == "addition":
         left, right = prompt.split("+")
         assert len(left) == len(right)
@@ -74,9 +81,9 @@ def solve(task: TaskName, prompt: str) -> tuple[int, str]:
     raise AssertionError(task)
 
 
-def rows(task: TaskName, batch: TaskBatch) -> list[tuple[list[int], str, str]]:
+def rows(chosen: SequenceTasks, batch: TokenBatch) -> list[tuple[list[int], str, str]]:
     """(full token sequence, prompt, scored target without EOS) of each row, checking layout and loss mask."""
-    vocab = task_vocab(task)
+    vocab = chosen.vocab()
     out = []
     for inputs, targets, mask in zip(batch.inputs, batch.targets, batch.loss_mask, strict=True):
         length = int((inputs != PAD).sum()) + 1  # the last input predicts EOS
@@ -93,73 +100,54 @@ def rows(task: TaskName, batch: TaskBatch) -> list[tuple[list[int], str, str]]:
         # the loss covers exactly target + EOS: predictions made at SEP .. the last target token
         assert mask.nonzero().flatten().tolist() == list(range(sep, length - 1))
         assert targets[mask].tolist() == sequence[sep + 1 :]
-        prompt = "".join(vocab[i] for i in sequence[1:sep])
-        target = "".join(vocab[i] for i in sequence[sep + 1 : -1])
-        out.append((sequence, prompt, target))
+        out.append(
+            (sequence, "".join(vocab[i] for i in sequence[1:sep]), "".join(vocab[i] for i in sequence[sep + 1 : -1]))
+        )
     return out
 
 
 # ------------------------------------------------------------------------------------------------- tests
-def test_task_lists_agree_and_vocabularies_put_specials_first() -> None:
-    assert set(TASKS) == set(get_args(SyntheticTask))
-    assert {"selective_copy", "counting", "flip_flop", "parity", "sort"} <= set(TASKS)
+def test_vocabularies_put_specials_first_and_every_nope_copy_variant_is_there() -> None:
+    assert {"copy", "copy_single", "copy_replace", "reverse", "addition"} <= set(TASKS)
     for task in TASKS:
-        vocab = task_vocab(task)
+        vocab = family(task).vocab()
         assert vocab[: len(SPECIAL_TOKENS)] == SPECIAL_TOKENS
         assert len(set(vocab)) == len(vocab)
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_instances_are_correct_and_reach_the_longest_sequence(task: TaskName) -> None:
+def test_instances_are_correct_and_reach_the_longest_sequence(task: str) -> None:
+    chosen = family(task)
     generator = torch.Generator().manual_seed(11)
     extra = [(99, 200), (100, 1500)] if task == "counting" else [(40, 50)]
     for size, count in [*((n, 200) for n in range(1, 13)), *extra]:
+        instances = [chosen._instance(size, generator) for _ in range(count)]
         lengths = []
-        for sequence, prompt, target in rows(task, task_batch(task, [size] * count, generator)):
+        for sequence, prompt, target in rows(chosen, token_batch(instances)):
             assert solve(task, prompt) == (size, target)
             lengths.append(len(sequence))
-        assert max(lengths) == task_sequence_length(task, size), (task, size)
+        assert max(lengths) == chosen.tokens(size), (task, size)
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_mixed_sizes_pad_after_eos(task: TaskName) -> None:
-    sizes = [5, 1, 9, 2]
-    batch = task_batch(task, sizes, torch.Generator().manual_seed(3))
-    longest = max(len(sequence) for sequence, _, _ in rows(task, batch))
-    assert batch.inputs.shape == batch.targets.shape == batch.loss_mask.shape == (4, longest - 1)
-    assert [solve(task, prompt)[0] for _, prompt, _ in rows(task, batch)] == sizes
-
-
-@pytest.mark.parametrize("task", TASKS)
-def test_max_task_size_is_the_largest_size_that_fits(task: TaskName) -> None:
-    previous = 0
-    for size in range(1, 3000):
-        assert task_sequence_length(task, size) > previous  # strictly increasing in n
-        previous = task_sequence_length(task, size)
-    for length in [*range(2, 400), 9_999, 10_005, 10_006, 100_006, 100_007, 65_536]:
-        size = max_task_size(task, length)
-        assert size >= 0
-        assert size == 0 or task_sequence_length(task, size) <= length
-        assert task_sequence_length(task, size + 1) > length, (task, length)
-
-
-@pytest.mark.parametrize("task", TASKS)
-def test_training_batches_fit_and_draw_every_size(task: TaskName) -> None:
-    n_train = max_task_size(task, 40)
-    batch = task_train_batch(task, n_train, 256, torch.Generator().manual_seed(0))
-    assert batch.inputs.shape[1] + 1 <= 40
+def test_training_draws_every_size_up_to_the_training_size(task: str) -> None:
+    chosen = family(task, size=6)
+    batch = token_batch(chosen.train_instances(256, torch.Generator().manual_seed(0)))
+    assert batch.inputs.shape[1] + 1 <= chosen.tokens(6)
     sizes = set()
-    for _, prompt, target in rows(task, batch):
+    for _, prompt, target in rows(chosen, batch):
         size, expected = solve(task, prompt)
         assert target == expected
         sizes.add(size)
-    assert sizes == set(range(1, n_train + 1))
+    assert sizes == set(range(1, 7))
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_the_generator_seed_determines_the_batch(task: TaskName) -> None:
-    def draw(seed: int) -> TaskBatch:
-        return task_train_batch(task, 8, 32, torch.Generator().manual_seed(seed))
+def test_the_generator_seed_determines_the_batch(task: str) -> None:
+    chosen = family(task)
+
+    def draw(seed: int) -> TokenBatch:
+        return token_batch(chosen.train_instances(32, torch.Generator().manual_seed(seed)))
 
     first, again, other = draw(4), draw(4), draw(5)
     for name in ("inputs", "targets", "loss_mask"):
@@ -167,19 +155,27 @@ def test_the_generator_seed_determines_the_batch(task: TaskName) -> None:
     assert not torch.equal(first.inputs, other.inputs) or not torch.equal(first.targets, other.targets)
 
 
-def oracle(task: TaskName, wrong: bool = False) -> LogitsFn:
-    """A perfect model built on the independent solver (``wrong``: its answer's first token is changed)."""
-    vocab = task_vocab(task)
+def test_evaluation_instances_depend_on_the_size_alone() -> None:
+    chosen = family("copy", samples=5)
+    first = chosen.eval_instances(7, chosen.eval_generator(7))
+    again = chosen.eval_instances(7, chosen.eval_generator(7))
+    assert [i.prompt for i in first] == [i.prompt for i in again]
+    assert [i.prompt for i in first] != [i.prompt for i in chosen.eval_instances(7, chosen.eval_generator(8))]
+
+
+def oracle(chosen: SequenceTasks, wrong_at: int | None = None) -> LogitsFn:
+    """A perfect model built on the independent solver; ``wrong_at``: that target token is changed."""
+    vocab = chosen.vocab()
     index = {symbol: i for i, symbol in enumerate(vocab)}
 
     def logits_fn(ids: torch.Tensor) -> torch.Tensor:
         logits = torch.zeros(*ids.shape, len(vocab))
         for row in range(ids.shape[0]):
             sep = int((ids[row] == SEP).nonzero()[0])
-            _, target = solve(task, "".join(vocab[i] for i in ids[row, 1:sep].tolist()))
+            _, target = solve(chosen.task, "".join(vocab[i] for i in ids[row, 1:sep].tolist()))
             answer = [index[c] for c in target] + [EOS]
-            if wrong:
-                answer[0] = len(SPECIAL_TOKENS) + (answer[0] - len(SPECIAL_TOKENS) + 1) % (len(vocab) - 4)
+            if wrong_at is not None and wrong_at < len(answer):
+                answer[wrong_at] = BOS  # never a target token
             for offset, token in enumerate(answer):
                 logits[row, sep + offset, token] = 10.0
         return logits
@@ -188,7 +184,19 @@ def oracle(task: TaskName, wrong: bool = False) -> LogitsFn:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_exact_match_by_size_scores_the_answer(task: TaskName) -> None:
+def test_exact_match_and_token_accuracy_score_the_answer(task: str) -> None:
+    chosen = family(task)
     for size in (3, 11):
-        assert evaluate_task(oracle(task), task, size, samples=12, batch_size=5).exact_match == 1.0
-        assert evaluate_task(oracle(task, wrong=True), task, size, samples=12, batch_size=5).exact_match == 0.0
+        [perfect] = evaluate_tokens(oracle(chosen), chosen, size, batch_size=5)
+        assert (perfect["size"], perfect["exact_match"], perfect["token_accuracy"], perfect["samples"]) == (
+            size, 1.0, 1.0, 12
+        )  # fmt: skip
+        [first_wrong] = evaluate_tokens(oracle(chosen, wrong_at=0), chosen, size, batch_size=5)
+        assert first_wrong["exact_match"] == 0.0
+        assert 0.0 < first_wrong["token_accuracy"] < 1.0  # every other target token (and EOS) still right
+
+
+def test_per_token_accuracy_is_the_share_of_right_target_tokens() -> None:
+    chosen = family("copy")
+    instance = Instance(prompt=[4, 5, 6], target=[4, 5, 6])
+    assert chosen.score([True, True, False, True], instance) == {"exact_match": 0.0, "token_accuracy": 0.75}

@@ -1,0 +1,49 @@
+"""Task families, spec side: every fact about a kind of data in one module per family, importable by the gateway
+(no model code). ``family_of(spec)`` is the one place that looks at which data a spec has; everything else (the
+gateway's checks, the job cost, the trainer's torch half, the results, the plots) asks the family.
+
+Families (``FAMILIES``, in the order they are tried):
+
+- ``text``      (``text.Text``): a character-level corpus, perplexity by length in tokens;
+- ``sequence``  (``sequence.SequenceTasks``): the NoPE paper's and CoPE's synthetic tasks, by size in items;
+- ``images``    (``images.Images``): procedural images on a ViT, accuracy by resolution in pixels;
+- ``graphs``    (``graphs.Graphs``): random graphs on a graph transformer, accuracy by size in nodes.
+
+Adding a family is its module and its entry in ``FAMILIES``; a token family (``base.TokenTask``) needs nothing
+from the trainer.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from posenc.errors import InvalidInput
+from posenc.schemas.jobs import JobSpec
+from posenc.tasks.base import SPEC, Family, Instance, TokenTask
+from posenc.tasks.graphs import Graphs
+from posenc.tasks.images import Images
+from posenc.tasks.sequence import SequenceTasks
+from posenc.tasks.text import Text
+
+FAMILIES: tuple[type[Family], ...] = (Text, SequenceTasks, Images, Graphs)
+
+__all__ = ["FAMILIES", "Family", "Instance", "TokenTask", "family_of", "known_tasks"]
+
+
+def known_tasks() -> dict[str, type[Family]]:
+    """Every ``data.task`` name, with its family."""
+    return {task: family for family in FAMILIES for task in family.task_names()}
+
+
+def family_of(spec: JobSpec) -> Family:
+    """The family of the spec's data: a corpus is text; a task belongs to the family that owns its name. An
+    unknown task is a 422 naming the close ones."""
+    if spec.data.corpus is not None:
+        return Text(spec)
+    tasks = known_tasks()
+    task = spec.data.task or ""
+    if task not in tasks:
+        close = difflib.get_close_matches(task, tasks, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(name) for name in close)}?" if close else ""
+        raise InvalidInput((*SPEC, "data", "task"), f"unknown task {task!r}{hint} Known: {', '.join(tasks)}")
+    return tasks[task](spec)
