@@ -77,6 +77,9 @@ class DataSpec(_Strict):
     size: int | None = Field(
         default=None, ge=1, le=MAX_TASK_SIZE, description="sequence tasks: the largest training size, in items"
     )
+    probes: list[str] | None = Field(
+        default=None, min_length=1, max_length=16, description="probes: which probes the model is trained on"
+    )
     image_size: int | None = Field(
         default=None, ge=1, le=1024, description="image tasks: training resolution in pixels (default 32)"
     )
@@ -156,6 +159,9 @@ class EvalSpec(_Strict):
         max_length=MAX_EVAL_SIZES,
         description="sequence tasks: evaluation sizes in items; default every size 1 ... 2n, then 3n and 4n with "
         "n = data.size",
+    )
+    depths: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        default=None, min_length=1, max_length=16, description="probes: needle depths (default 0, 1/4, 1/2, 3/4, 1)"
     )
     protocol: Literal["nonoverlapping", "sliding"] = "nonoverlapping"
     stride: int | None = Field(

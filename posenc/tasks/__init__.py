@@ -6,6 +6,7 @@ Families (``FAMILIES``, in the order they are tried):
 
 - ``text``      (``text.Text``): a character-level corpus, perplexity by length in tokens;
 - ``sequence``  (``sequence.SequenceTasks``): the NoPE paper's and CoPE's synthetic tasks, by size in items;
+- ``probes``    (``probes.Probes``): RULER/NoLiMa-style probes, score by length in tokens and depth, effective length;
 - ``images``    (``images.Images``): procedural images on a ViT, accuracy by resolution in pixels;
 - ``graphs``    (``graphs.Graphs``): random graphs on a graph transformer, accuracy by size in nodes.
 
@@ -22,10 +23,11 @@ from posenc.schemas.jobs import JobSpec
 from posenc.tasks.base import SPEC, Family, Instance, TokenTask
 from posenc.tasks.graphs import Graphs
 from posenc.tasks.images import Images
+from posenc.tasks.probes import Probes
 from posenc.tasks.sequence import SequenceTasks
 from posenc.tasks.text import Text
 
-FAMILIES: tuple[type[Family], ...] = (Text, SequenceTasks, Images, Graphs)
+FAMILIES: tuple[type[Family], ...] = (Text, SequenceTasks, Probes, Images, Graphs)
 
 __all__ = ["FAMILIES", "Family", "Instance", "TokenTask", "family_of", "known_tasks"]
 

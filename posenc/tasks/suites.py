@@ -5,8 +5,8 @@ each method's mean reciprocal rank (MRR) over (task, seed), ranked by its mean s
 
 ``quick``     under 5 minutes on 2 CPU cores for four methods: repeat-single-char copy and multi-char copy at
               sizes up to 8, a 2-layer d=64 model, 600 steps, one seed;
-``standard``  under 30 minutes on 2 CPU cores for five methods: the two copy tasks at sizes up to 10,
-              d=64, 1,500 steps, 3 seeds;
+``standard``  under 30 minutes on 2 CPU cores for five methods: the two copy tasks at sizes up to 10 and the probes
+              at 64 tokens, d=64, 1,500 steps, 3 seeds;
 ``paper``     the NoPE paper's task grid at tiny scale (every copy variant, reverse, addition, sort, parity at sizes
               up to 10; d=128, 2,000 steps, 3 seeds): hours on a CPU, minutes on a GPU.
 
@@ -54,10 +54,11 @@ SUITES: dict[str, Suite] = {
         budget="under 5 minutes on 2 CPU cores for four methods",
     ),
     "standard": Suite(
-        description="the two copy tasks at sizes up to 10, 3 seeds",
+        description="the two copy tasks at sizes up to 10 and the probes at 64 tokens, 3 seeds",
         tasks=(
             {"data": {"task": "copy_single", "size": 10}, "eval": {"samples": 50}},
             {"data": {"task": "copy", "size": 10}, "eval": {"samples": 50}},
+            {"data": {"task": "probes"}, "train": {"length": 64}, "eval": {"samples": 40}},
         ),
         model={"layers": 2, "dim": 64, "heads": 4},
         train={"steps": 1500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "checkpoint_every": 250},

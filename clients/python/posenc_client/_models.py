@@ -269,6 +269,10 @@ class DataSpec(BaseModel):
     """
     image tasks: side of a square patch in pixels (default 4)
     """
+    probes: Annotated[Probes | None, Field(title="Probes")] = None
+    """
+    probes: which probes the model is trained on
+    """
     size: Annotated[Size | None, Field(title="Size")] = None
     """
     sequence tasks: the largest training size, in items
@@ -292,6 +296,17 @@ class DecodeRequest(BaseModel):
     setup: SetupIn
     steps: Annotated[int, Field(ge=1, le=8192, title="Steps")]
     tolerance: Annotated[float, Field(ge=0.0, title="Tolerance")] = 1e-09
+
+
+class Depth(RootModel[float]):
+    root: Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Depths(RootModel[list[Depth]]):
+    root: Annotated[list[Depth], Field(max_length=16, min_length=1, title="Depths")]
+    """
+    probes: needle depths (default 0, 1/4, 1/2, 3/4, 1)
+    """
 
 
 class EdgeFeatures1Item(RootModel[int]):
@@ -378,6 +393,10 @@ class EvalSpec(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    depths: Annotated[Depths | None, Field(title="Depths")] = None
+    """
+    probes: needle depths (default 0, 1/4, 1/2, 3/4, 1)
+    """
     lengths: Annotated[Lengths | None, Field(title="Lengths")] = None
     """
     text and probes: evaluation lengths in tokens; default text [L, 2L, 4L, 8L], probes [L/4, L/2, L, 2L, 4L, 8L] with L = train.length
@@ -934,6 +953,13 @@ class PrecisionRequest(BaseModel):
     positions_per_band: Annotated[int, Field(ge=2, le=1024, title="Positions Per Band")] = 256
     seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
     setup: SetupIn
+
+
+class Probes(RootModel[list[str]]):
+    root: Annotated[list[str], Field(max_length=16, min_length=1, title="Probes")]
+    """
+    probes: which probes the model is trained on
+    """
 
 
 class Problem(BaseModel):
