@@ -62,7 +62,7 @@ def ppl(result: dict[str, Any], method: str, length: int) -> float:
     [value] = [
         row["value"]
         for row in result["table"]
-        if row["method"] == method and row["length"] == length and row["metric"] == "ppl"
+        if row["method"] == method and row["size"] == length and row["metric"] == "ppl"
     ]
     return float(value)
 
@@ -90,8 +90,9 @@ def main() -> int:
     )
     wall = time.perf_counter() - began
 
-    lengths = result["lengths"]
-    print(f"\nprotocol {result['protocol']}, train length {result['train_length']}, seed 0")
+    data = result["data"]
+    lengths = data["sizes"]
+    print(f"\nprotocol {spec.eval.protocol}, train length {data['train_size']} {data['unit']}, seed 0")
     print("method      " + "".join(f"  ppl@{n:<5}" for n in lengths) + "  " + "".join(f"  nll@{n:<5}" for n in lengths))
     for method in ("sinusoidal", "rope", "alibi"):
         ppls = "".join(f"  {ppl(result, method, n):9.3f}" for n in lengths)
@@ -99,7 +100,7 @@ def main() -> int:
             f"  {row['value']:9.3f}"
             for n in lengths
             for row in result["table"]
-            if row["method"] == method and row["length"] == n and row["metric"] == "nll"
+            if row["method"] == method and row["size"] == n and row["metric"] == "nll"
         )
         print(f"{method:<12}{ppls}  {nlls}")
     print(f"\nwall time {wall:.1f} s ({wall / 60:.2f} min)")

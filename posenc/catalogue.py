@@ -40,25 +40,23 @@ def methods_table() -> str:
 
 def tasks_table() -> str:
     """Every task of every family: its unit, where a spec gives its sizes, the metric, what it is; then the
-    suites."""
-    from posenc.tasks import FAMILIES
-    from posenc.tasks.suites import SUITES
+    suites (``posenc.tasks.catalogue``, which ``GET /v1/tasks`` answers too)."""
+    from posenc.tasks import catalogue
 
+    listed = catalogue()
     lines = [
         "| task | family | unit | training size | evaluation sizes | metric | what it is |",
         "|---|---|---|---|---|---|---|",
     ]
-    for family in FAMILIES:
-        sizes = f"`{'.'.join(map(str, family.train_field))}` | `{'.'.join(map(str, family.eval_field))}`"
-        for task in family.task_names() or ("(`data.corpus`)",):
-            name = task if task.startswith("(") else f"`{task}`"
-            lines.append(
-                f"| {name} | {family.name} | {family.unit} | {sizes} | {family.metric} | {_cell(family.about(task))} |"
-            )
+    for info in listed.tasks:
+        name = f"(`{info.task[1:-1]}`)" if info.task.startswith("(") else f"`{info.task}`"
+        lines.append(
+            f"| {name} | {info.family} | {info.unit} | `{info.train_field}` | `{info.eval_field}` | {info.metric} "
+            f"| {_cell(info.about)} |"
+        )
     lines += ["", "| suite | tasks | sized for |", "|---|---|---|"]
-    for name, suite in SUITES.items():
-        tasks = ", ".join(f"`{task['data']['task']}`" for task in suite.tasks)
-        lines.append(f"| `{name}` | {tasks} | {_cell(suite.budget)} |")
+    for suite in listed.suites:
+        lines.append(f"| `{suite.name}` | {', '.join(f'`{task}`' for task in suite.tasks)} | {_cell(suite.budget)} |")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ import difflib
 
 from posenc.errors import InvalidInput
 from posenc.schemas.jobs import JobSpec
+from posenc.schemas.tasks import SuiteInfo, TaskCatalogue, TaskInfo
 from posenc.tasks.base import SPEC, Family, Instance, TokenTask
 from posenc.tasks.graphs import Graphs
 from posenc.tasks.images import Images
@@ -29,7 +30,7 @@ from posenc.tasks.text import Text
 
 FAMILIES: tuple[type[Family], ...] = (Text, SequenceTasks, Probes, Images, Graphs)
 
-__all__ = ["FAMILIES", "Family", "Instance", "TokenTask", "family_of", "known_tasks"]
+__all__ = ["FAMILIES", "Family", "Instance", "TokenTask", "catalogue", "family_of", "known_tasks"]
 
 
 def known_tasks() -> dict[str, type[Family]]:
@@ -49,3 +50,31 @@ def family_of(spec: JobSpec) -> Family:
         hint = f"; did you mean {', '.join(repr(name) for name in close)}?" if close else ""
         raise InvalidInput((*SPEC, "data", "task"), f"unknown task {task!r}{hint} Known: {', '.join(tasks)}")
     return tasks[task](spec)
+
+
+def catalogue() -> TaskCatalogue:
+    """Every task of every family (its unit, where a spec gives its sizes, its metrics), and the suites: what
+    ``GET /v1/tasks`` answers and the README's tasks table shows."""
+    from posenc.tasks.suites import SUITES
+
+    tasks = [
+        TaskInfo(
+            task=task,
+            family=family.name,
+            unit=family.unit,
+            train_field=".".join(map(str, family.train_field)),
+            eval_field=".".join(map(str, family.eval_field)),
+            metric=family.metric,
+            metrics=list(family.metrics),
+            higher_is_better=family.higher_is_better,
+            about=family.about(task),
+        )
+        for family in FAMILIES
+        for task in family.task_names() or ("(data.corpus)",)
+    ]
+    suites = [
+        SuiteInfo(name=name, description=suite.description, tasks=[task["data"]["task"] for task in suite.tasks],
+                  seeds=list(suite.seeds), budget=suite.budget)
+        for name, suite in SUITES.items()
+    ]  # fmt: skip
+    return TaskCatalogue(tasks=tasks, suites=suites)

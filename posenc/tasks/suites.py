@@ -3,10 +3,11 @@ model, the training budget and the seeds; a benchmark spec names one (``"suite":
 gets every task of it, each a benchmark of its own within the job, and across tasks the NoPE paper's aggregate:
 each method's mean reciprocal rank (MRR) over (task, seed), ranked by its mean score past the training size.
 
-``quick``     under 5 minutes on 2 CPU cores for four methods: repeat-single-char copy and multi-char copy at
-              sizes up to 8, a 2-layer d=64 model, 600 steps, one seed;
-``standard``  under 30 minutes on 2 CPU cores for five methods: the two copy tasks at sizes up to 10 and the probes
-              at 64 tokens, d=64, 1,500 steps, 3 seeds;
+``quick``     under 5 minutes on 2 CPU cores for four methods: repeat-single-char copy (600 steps) and
+              multi-char copy (2,000 steps: it fits slower) at sizes up to 8, a 2-layer d=64 model, one seed;
+``standard``  under 30 minutes on 2 CPU cores with two job slots for five methods (estimated from the measured
+              runs of its tasks): the two copy tasks at sizes up to 10 (1,500 and 2,500 steps) and the passkey
+              probe with the common-words control at 64 tokens (3,000 steps), d=64, 3 seeds;
 ``paper``     the NoPE paper's task grid at tiny scale (every copy variant, reverse, addition, sort, parity at sizes
               up to 10; d=128, 2,000 steps, 3 seeds): hours on a CPU, minutes on a GPU.
 
@@ -46,7 +47,7 @@ SUITES: dict[str, Suite] = {
         description="repeat-single-char and multi-char copy (NoPE paper rsc and cmc) at sizes up to 8",
         tasks=(
             {"data": {"task": "copy_single", "size": 8}, "eval": {"samples": 50}},
-            {"data": {"task": "copy", "size": 8}, "eval": {"samples": 50}},
+            {"data": {"task": "copy", "size": 8}, "train": {"steps": 2000}, "eval": {"samples": 50}},
         ),
         model={"layers": 2, "dim": 64, "heads": 4},
         train={"steps": 600, "batch_size": 32, "lr": 1e-3, "warmup_steps": 60, "checkpoint_every": 200},
@@ -54,16 +55,20 @@ SUITES: dict[str, Suite] = {
         budget="under 5 minutes on 2 CPU cores for four methods",
     ),
     "standard": Suite(
-        description="the two copy tasks at sizes up to 10 and the probes at 64 tokens, 3 seeds",
+        description="the two copy tasks at sizes up to 10 and the passkey probe with its control at 64 tokens, 3 seeds",
         tasks=(
             {"data": {"task": "copy_single", "size": 10}, "eval": {"samples": 50}},
-            {"data": {"task": "copy", "size": 10}, "eval": {"samples": 50}},
-            {"data": {"task": "probes"}, "train": {"length": 64}, "eval": {"samples": 40}},
+            {"data": {"task": "copy", "size": 10}, "train": {"steps": 2500}, "eval": {"samples": 50}},
+            {
+                "data": {"task": "probes", "probes": ["passkey", "common_words"]},
+                "train": {"length": 64, "steps": 3000},
+                "eval": {"lengths": [48, 64, 96, 128, 192, 256], "samples": 30},
+            },
         ),
         model={"layers": 2, "dim": 64, "heads": 4},
         train={"steps": 1500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "checkpoint_every": 250},
         seeds=(0, 1, 2),
-        budget="under 30 minutes on 2 CPU cores for five methods",
+        budget="under 30 minutes on 2 CPU cores with two job slots for five methods (estimated from its runs)",
     ),
     "paper": Suite(
         description="the NoPE paper's task grid at tiny scale: every copy variant, reverse, addition, sort, parity",

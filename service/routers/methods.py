@@ -9,6 +9,8 @@ from fastapi import APIRouter, Query
 from posenc.pe import get_method, list_methods
 from posenc.schemas.errors import Problem
 from posenc.schemas.methods import Kind, MethodInfo, MethodList
+from posenc.schemas.tasks import TaskCatalogue
+from posenc.tasks import catalogue
 
 router = APIRouter(prefix="/v1", tags=["methods"])
 _PROBLEMS: dict[int | str, dict[str, Any]] = {
@@ -32,3 +34,10 @@ async def list_registered_methods(
 async def retrieve_method(name: str) -> MethodInfo:
     """One method by its public name (404 if none is registered under it)."""
     return get_method(name).info()
+
+
+@router.get("/tasks", name="tasks", response_model=TaskCatalogue, tags=["jobs"], responses=_PROBLEMS)
+async def list_tasks() -> TaskCatalogue:
+    """Every job task (``data.task``) with its family, its unit, where a spec gives its training and evaluation
+    sizes and its metrics; and the suites a benchmark may name."""
+    return catalogue()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from posenc_client.resources.models import AsyncModels, Models
     from posenc_client.resources.rope import AsyncRope, Rope
     from posenc_client.resources.rotary import AsyncRotary, Rotary
+    from posenc_client.resources.tasks import AsyncTasks, Tasks
 
 
 def _partial_path(target: Path) -> Path:
@@ -51,6 +52,12 @@ class Client(BaseClient):
         from posenc_client.resources.methods import Methods
 
         return Methods(self)
+
+    @cached_property
+    def tasks(self) -> Tasks:
+        from posenc_client.resources.tasks import Tasks
+
+        return Tasks(self)
 
     @cached_property
     def models(self) -> Models:
@@ -170,6 +177,12 @@ class AsyncClient(BaseClient):
         from posenc_client.resources.methods import AsyncMethods
 
         return AsyncMethods(self)
+
+    @cached_property
+    def tasks(self) -> AsyncTasks:
+        from posenc_client.resources.tasks import AsyncTasks
+
+        return AsyncTasks(self)
 
     @cached_property
     def models(self) -> AsyncModels:

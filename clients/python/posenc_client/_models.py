@@ -1240,10 +1240,62 @@ class Suite(RootModel[str]):
     """
 
 
+class SuiteInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    budget: Annotated[str, Field(title="Budget")]
+    """
+    the duration it is sized for
+    """
+    description: Annotated[str, Field(title="Description")]
+    name: Annotated[str, Field(title="Name")]
+    seeds: Annotated[list[int], Field(title="Seeds")]
+    tasks: Annotated[list[str], Field(title="Tasks")]
+
+
 class Task(RootModel[str]):
     root: Annotated[str, Field(max_length=64, title="Task")]
     """
     a task of a task family: synthetic sequence tasks (copy, copy_single, copy_replace, reverse, addition, selective_copy, counting, flip_flop, parity, sort), the probes ('probes'), image tasks (shapes, quadrant, above_left, same_diagonal) or graph tasks (graph_distance); GET /v1/tasks lists them
+    """
+
+
+class TaskCatalogue(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    suites: Annotated[list[SuiteInfo], Field(title="Suites")]
+    tasks: Annotated[list[TaskInfo], Field(title="Tasks")]
+
+
+class TaskInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    about: Annotated[str, Field(title="About")]
+    eval_field: Annotated[str, Field(title="Eval Field")]
+    """
+    where a spec gives the evaluation sizes, e.g. 'eval.sizes'
+    """
+    family: Annotated[str, Field(title="Family")]
+    higher_is_better: Annotated[bool, Field(title="Higher Is Better")]
+    metric: Annotated[str, Field(title="Metric")]
+    """
+    the headline metric of result rows and plots
+    """
+    metrics: Annotated[list[str], Field(title="Metrics")]
+    task: Annotated[str, Field(title="Task")]
+    """
+    the data.task name ('(data.corpus)' for text, chosen by its corpus)
+    """
+    train_field: Annotated[str, Field(title="Train Field")]
+    """
+    where a spec gives the training size, e.g. 'data.size'
+    """
+    unit: Annotated[str, Field(title="Unit")]
+    """
+    the unit of every size a spec gives or a result reports for this task
     """
 
 

@@ -45,3 +45,22 @@ def test_unknown_method_is_404(client: TestClient, wire: Any) -> None:
 def test_unknown_kind_is_422(client: TestClient, wire: Any) -> None:
     problem = wire.problem(client.get("/v1/methods", params={"kind": "banana"}), 422)
     assert ["query", "kind"] in wire.locs(problem)
+
+
+def test_lists_every_task_with_the_unit_its_family_reads_and_the_suites(client: TestClient) -> None:
+    from posenc.schemas.jobs import JobSpec
+    from posenc.tasks import family_of, known_tasks
+    from posenc.tasks.suites import SUITES
+
+    response = client.get("/v1/tasks")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    listed = {item["task"]: item for item in body["tasks"]}
+    assert set(listed) == {*known_tasks(), "(data.corpus)"}
+    for task, item in listed.items():
+        data = {"corpus": "stdlib"} if task.startswith("(") else {"task": task}
+        family = family_of(JobSpec.model_validate({"methods": [{"method": "nope"}], "data": data}))
+        assert (item["family"], item["unit"], item["metric"]) == (family.name, family.unit, family.metric)
+        assert item["train_field"] == ".".join(map(str, family.train_field))
+    assert [suite["name"] for suite in body["suites"]] == list(SUITES)
+    assert all(set(suite["tasks"]) <= set(listed) for suite in body["suites"])

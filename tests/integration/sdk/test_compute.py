@@ -51,6 +51,14 @@ def test_methods_list_and_get(call: Call) -> None:
     assert "factor" in yarn.params_schema["properties"]
 
 
+def test_tasks_list(call: Call) -> None:
+    listed = call(lambda c: c.tasks.list())
+    by_task = {info.task: info for info in listed.tasks}
+    assert (by_task["copy_single"].unit, by_task["copy_single"].train_field) == ("items", "data.size")
+    assert (by_task["probes"].unit, by_task["probes"].eval_field) == ("tokens", "eval.lengths")
+    assert {suite.name for suite in listed.suites} == {"quick", "standard", "paper"}
+
+
 # --------------------------------------------------------------------------------------------------- bias
 def test_bias_matches_the_alibi_formula(call: Call) -> None:
     result = call(lambda c: c.bias.compute("alibi", num_heads=4, query_length=6))

@@ -8,7 +8,9 @@ import re
 import shutil
 import subprocess
 import venv
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +31,10 @@ def test_quickstart_is_about_ten_lines() -> None:
     assert len(lines) <= 16
 
 
-def test_pip_install_into_a_fresh_venv_and_run_the_quickstart(job_stack: str, tmp_path: Path) -> None:
+def test_pip_install_into_a_fresh_venv_and_run_the_quickstart(
+    job_stack: str, start_worker: Callable[[], Any], tmp_path: Path
+) -> None:
+    start_worker()  # a second worker (one thread each, as make run's one worker has two): the suite's runs fan out
     source = tmp_path / "posenc-client-src"
     shutil.copytree(
         REPO_ROOT / "clients" / "python",
