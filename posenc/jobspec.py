@@ -9,7 +9,7 @@ sizes, units, fields and which methods it takes) is its task family's (``posenc.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from posenc.compute import check_job_budget, prepare_job
@@ -81,34 +81,30 @@ def job_cost(create: JobCreate) -> int:
     nothing and evaluates one model. A compute job counts 1: its size is capped by ``max_job_output_bytes``."""
     if not isinstance(create.spec, JobSpec):
         return 1
-    if create.spec.suite is not None:
-        return sum(job_cost(JobCreate(kind=create.kind, spec=spec)) for spec in suite_specs(create.spec))
-    spec = create.spec
-    family = family_of(spec)
-    sizes = [family.train_size()] if create.kind == "train" else family.eval_sizes()
-    evaluation = sum(
-        family.eval_tokens(size) * model_macs_per_token(spec, family.tokens(size), family) for size in sizes
-    )
-    if create.kind == "extrapolate" and spec.checkpoint is not None:
-        return evaluation
-    length = family.train_tokens()
-    training = 3 * spec.train.steps * spec.train.batch_size * length * model_macs_per_token(spec, length, family)
-    return len(spec.methods) * len(spec.seeds) * (training + evaluation)
+    return _job_work(create, lambda spec, family, length: model_macs_per_token(spec, length, family), backward=3)
 
 
 def job_tokens(create: JobCreate) -> int:
     """The tokens a job's models read, training and evaluation together (see :func:`job_cost`)."""
+    return _job_work(create, lambda spec, family, length: 1, backward=1)
+
+
+def _job_work(create: JobCreate, per_token: Callable[[JobSpec, Family, int], int], *, backward: int) -> int:
+    """Every token a job's models read, each weighted by ``per_token(spec, family, its sequence length)`` and a
+    training token ``backward`` times more (forward and backward passes); 0 for a compute job."""
     if not isinstance(create.spec, JobSpec):
         return 0
     if create.spec.suite is not None:
-        return sum(job_tokens(JobCreate(kind=create.kind, spec=spec)) for spec in suite_specs(create.spec))
+        return sum(_job_work(JobCreate(kind=create.kind, spec=spec), per_token, backward=backward)
+                   for spec in suite_specs(create.spec))  # fmt: skip
     spec = create.spec
     family = family_of(spec)
     sizes = [family.train_size()] if create.kind == "train" else family.eval_sizes()
-    evaluation = sum(family.eval_tokens(size) for size in sizes)
+    evaluation = sum(family.eval_tokens(size) * per_token(spec, family, family.tokens(size)) for size in sizes)
     if create.kind == "extrapolate" and spec.checkpoint is not None:
         return evaluation
-    training = spec.train.steps * spec.train.batch_size * family.train_tokens()
+    length = family.train_tokens()
+    training = backward * spec.train.steps * spec.train.batch_size * length * per_token(spec, family, length)
     return len(spec.methods) * len(spec.seeds) * (training + evaluation)
 
 
