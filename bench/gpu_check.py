@@ -3,12 +3,13 @@
 Parts (``--parts``, default all, in this order; each has a time budget so that the whole run stays under 8
 minutes on a GPU, and its elapsed time is printed):
 
-    tests   ``pytest -m gpu`` in a subprocess: passed / failed / skipped counts (on the CPU they skip)
+    tests   ``pytest -m gpu`` over the files that use the marker, in a subprocess: passed / failed / skipped
+            counts (on the CPU they skip)
     jobs    a private redis-server (``posenc.runtime.start_redis``), a worker on the ``gpu`` queue
             (``posenc worker``, POSENC_DEVICE=cuda) and the gateway (uvicorn service.main:app); a train job and
-            a small benchmark (rope, alibi; one seed) with "device": "cuda" submitted over HTTP must succeed
-            with the device recorded in their result, and the train job's final loss must be within 5% of the
-            same spec and seed run in this process on the CPU
+            a small benchmark (rope, alibi, transformer_xl; one seed) with "device": "cuda" submitted over HTTP
+            must succeed with the device recorded in their result, and the train job's final loss must be
+            within 5% of the same spec and seed run in this process on the CPU
     flex    FlexAttention forward, and forward + backward, against the materialised-bias SDPA path for every
             bias and score_mod method with a score_mod form, (4, 8, 1024, 64), each method compiled afresh
             (outputs and gradients must agree; the CPU has the forward only, noted as such)
@@ -32,8 +33,8 @@ failed, 1 when one did, 2 without CUDA (unless ``--device cpu``) or for bad argu
     .venv/bin/python bench/gpu_check.py OUT_DIR --device cpu --quick     # every part on the CPU, small sizes
     .venv/bin/python bench/gpu_check.py OUT_DIR --parts flex,rotary      # some parts only
 
-``--quick`` uses small sizes (what tests/integration/test_gpu_check.py runs on the CPU: 20 to 50 s on 2 cores)
-and collects only the test files that use the ``gpu`` marker. ``--threads N`` sets torch's threads here and
+``--quick`` uses small sizes (what tests/integration/test_gpu_check.py runs on the CPU: 20 to 50 s on 2 cores).
+``--threads N`` sets torch's threads here and
 the jobs' worker's (POSENC_TORCH_THREADS); on a shared small CPU, 1 keeps the timings steady.
 """
 

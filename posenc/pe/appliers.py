@@ -307,7 +307,7 @@ class Applier:
         """The state entering the first layer for a batch of ``length`` tokens, or None."""
         if self.spec.state_init is None:
             return None
-        ctx = replace(self._score_context(length, length, 0), device=device)
+        ctx = self._score_context(length, length, 0, device)
         return self.spec.state_init(self.params, ctx, batch, length)
 
     @property
@@ -399,7 +399,12 @@ class Applier:
             return None
         block_mask = _causal_block_mask(length, device, create_block_mask)
         if device.type == "cuda":
-            out: torch.Tensor = _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask)
+            with warnings.catch_warnings():
+                # Dynamo reads .grad of the captured term while tracing a score_mod whose term requires grad
+                # (Transformer-XL, FoX, CoPE); torch's own check, harmless: the gradients match the materialised
+                # path's (tests/unit/test_gpu.py, bench/gpu_check.py)
+                warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
+                out: torch.Tensor = _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask)
             return out
         with warnings.catch_warnings():
             # eager on purpose (a CPU compile costs tens of seconds per shape); it warns that it is unfused
@@ -413,7 +418,12 @@ class Applier:
         the grid they form, for multi-axis methods)."""
         return self._score_context(length, length, 0)
 
-    def _score_context(self, q_len: int, k_len: int, query_offset: int) -> ScoreContext:
+    def _score_context(
+        self, q_len: int, k_len: int, query_offset: int, device: torch.device | None = None
+    ) -> ScoreContext:
+        """The method's context; ``device`` is where this call's tensors are (the inputs'), which is not the
+        layer's once a model built on the CPU has been moved (``model.to("cuda")``): tables and supplied learned
+        tensors are made or moved there."""
         return ScoreContext(
             num_heads=self.layer.num_heads,
             query_length=q_len,
@@ -423,7 +433,7 @@ class Applier:
             model_dim=self.layer.width,
             dtype=self.layer.dtype,
             query_offset=query_offset,
-            device=self.layer.device,
+            device=self.layer.device if device is None else device,
         )
 
     def _cached(self, key: tuple[Any, ...], build: Any) -> Any:
@@ -807,7 +817,8 @@ class ScoreModApplier(Applier):
     def score_terms(self, inputs: LayerInputs, scale: float) -> ScoreTerms:
         q_len, k_len = inputs.q.shape[-2], inputs.k.shape[-2]
         offset = int(inputs.q_pos[0]) if inputs.q_pos.numel() else 0
-        terms: ScoreTerms = self.spec.fn(self.params, inputs, self._score_context(q_len, k_len, offset))
+        ctx = self._score_context(q_len, k_len, offset, inputs.q.device)
+        terms: ScoreTerms = self.spec.fn(self.params, inputs, ctx)
         return terms
 
     def score_term(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, x: torch.Tensor | None) -> Any:
@@ -850,7 +861,8 @@ class AttentionApplier(ScoreModApplier):
     def normalise(self, logits: torch.Tensor, inputs: LayerInputs) -> AttentionWeights:
         q_len, k_len = inputs.q.shape[-2], inputs.k.shape[-2]
         offset = int(inputs.q_pos[0]) if inputs.q_pos.numel() else 0
-        weights: AttentionWeights = self.spec.fn(self.params, inputs, self._score_context(q_len, k_len, offset))
+        ctx = self._score_context(q_len, k_len, offset, inputs.q.device)
+        weights: AttentionWeights = self.spec.fn(self.params, inputs, ctx)
         if weights.leftover is None:  # rows sum to 1 (or are empty): report the mass given to no key as such
             leftover = (1.0 - weights.weights.sum(dim=-1)).clamp_min(0.0)  # (B, H, Nq)
             empty = inputs.mask.expand(weights.weights.shape).all(dim=-1)  # (B, H, Nq)

@@ -11,6 +11,10 @@ again on a caller's thread: a call its guards do not cover (a size of 1 is speci
 refused by ``fail_on_recompile`` and runs eagerly. Partial rotation stays eager too: a kernel that also copies
 the passthrough features measured slower than the eager path's rotation plus one copy.
 
+CPU tensors only: the kernel is compiled for the CPU, and on CUDA the eager apply is a few fused elementwise
+kernels already; trying the CPU kernel there (its guards fail, the eager path then runs) cost 12.9 ms against
+the eager 0.38 ms on (1, 32, 4096, 128) on an H100 (bench/gpu_check.py).
+
 float32 only: the kernel may fuse a multiply into an add (one rounding fewer), which float32 allows (results
 agree to float32 rounding) and float64, the reference dtype that must equal the plain formula bit for bit, does
 not. Autograd keeps the eager, differentiable path.
@@ -69,6 +73,8 @@ def rotate(
 def _eligible(x: torch.Tensor, cos: torch.Tensor) -> bool:
     return (
         _enabled
+        and x.device.type == "cpu"  # the kernel is the CPU's: a CUDA call failed its guards at 35x the eager cost
+        and cos.device.type == "cpu"
         and x.dtype == torch.float32
         and cos.dtype == torch.float32
         and cos.dim() == 2

@@ -131,12 +131,13 @@ def huang(params: HuangParams, inputs: LayerInputs, ctx: ScoreContext) -> ScoreT
     q, k = inputs.q.to(dtype), inputs.k.to(dtype)
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
-    index = huang_distance_index(inputs.q_pos, inputs.k_pos, params.max_position).to(q.device)  # (Nq, Nk)
+    index = huang_distance_index(inputs.q_pos, inputs.k_pos, params.max_position)  # (Nq, Nk), positions' device
     if index.numel() == 0:
         return ScoreTerms(torch.zeros(batch, heads, q_len, k_len, dtype=ctx.dtype, device=q.device))
 
-    # only the rows the positions reach: [lo, hi] of the table
+    # only the rows the positions reach: [lo, hi] of the table, read where the positions are
     lo, hi = int(index.min()), int(index.max())
+    index = index.to(q.device)  # (Nq, Nk)
     rows = table[lo : hi + 1]  # (W, d)
     local = index - lo  # (Nq, Nk) into rows
 

@@ -64,7 +64,7 @@ def test_every_part_runs_on_the_cpu_at_reduced_sizes(tmp_path: Path) -> None:
     train, benchmark = jobs["train_job"], jobs["benchmark_job"]
     assert (train["kind"], train["status"], train["result"]["device"]) == ("train", "succeeded", "cpu")
     assert (benchmark["kind"], benchmark["status"], benchmark["result"]["device"]) == ("benchmark", "succeeded", "cpu")
-    assert {row["method"] for row in benchmark["result"]["table"]} == {"rope", "alibi"}
+    assert {row["method"] for row in benchmark["result"]["table"]} == {"rope", "alibi", "transformer_xl"}
     assert jobs["cpu_reference"]["final_loss"] == pytest.approx(train["result"]["final_loss"], rel=0.05)
 
     flex = [row for row in parts["flex"]["rows"] if row["name"].startswith("flex fwd ") and row["ratio"]]

@@ -6,6 +6,7 @@ Marked ``gpu``; skipped with a reason where CUDA is absent (CI has no GPU). Run 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,18 +24,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; this host has no usable GPU"),
 ]
 CUDA = torch.device("cuda")
-ROTARY_PARAMS: dict[str, dict[str, Any]] = {
-    "rope_linear": {"factor": 4.0},
-    "rope_ntk": {"factor": 4.0},
-    "rope_dynamic_ntk": {"factor": 2.0, "original_max_position_embeddings": 64},
-    "rope_yarn": {"factor": 4.0, "original_max_position_embeddings": 64},
-    "rope_longrope": {
-        "short_factor": [1.0] * 16,
-        "long_factor": [2.0] * 16,
-        "original_max_position_embeddings": 64,
-        "max_position_embeddings": 256,
-    },
-}
 
 
 @pytest.mark.parametrize(
@@ -51,8 +40,10 @@ def test_bias_on_cuda_matches_cpu(spec: pe.MethodSpec) -> None:
 
 @pytest.mark.parametrize("spec", [s for s in pe.list_methods("rotary") if s.axes == 1], ids=lambda s: s.name)
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_rotary_on_cuda_matches_cpu(spec: pe.MethodSpec, pairing: Literal["half", "interleaved"]) -> None:
-    params = spec.parse_params(ROTARY_PARAMS.get(spec.name, {}))
+def test_rotary_on_cuda_matches_cpu(
+    spec: pe.MethodSpec, pairing: Literal["half", "interleaved"], example_params: Callable[..., dict[str, Any]]
+) -> None:
+    params = spec.parse_params(example_params(spec.name, rotary_dim=32))
     x = torch.randn(2, 4, 128, 32, generator=torch.Generator().manual_seed(0))
     results = []
     for device in (torch.device("cpu"), CUDA):

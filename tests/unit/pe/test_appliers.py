@@ -26,6 +26,7 @@ from posenc.pe.appliers import (
     grid_positions,
     positions,
 )
+from posenc.pe.types import LayerInputs
 from posenc.schemas.methods import Kind
 
 REPO = Path(__file__).resolve().parents[3]
@@ -168,3 +169,34 @@ def test_methods_with_large_intermediates_count_them_in_the_workspace(name: str)
     plain = build_applier(get_method("fox"), get_method("fox").parse_params({}), _layer(head_dim=64))
     assert plain.extra_workspace_elements(1, 64, 64) == maps
     assert applier.extra_workspace_elements(1, 64, 64) >= maps + 64 * 64 * 32
+
+
+LEARNED_CONTENT_METHODS = [
+    spec.name for spec in list_methods() if spec.kind in (Kind.SCORE_MOD, Kind.ATTENTION) and spec.learned
+]
+
+
+@pytest.mark.parametrize("name", LEARNED_CONTENT_METHODS)
+def test_a_model_moved_after_it_was_built_computes_where_its_inputs_are(
+    name: str, example_params: Callable[..., dict[str, Any]]
+) -> None:
+    """Jobs build the model on the CPU and then ``model.to(device)``; the layer still says CPU. The learned
+    tables must be used where the inputs are, not copied back to the layer's device (on CUDA that was a
+    device-mismatch error in every Shaw, TENER, Transformer-XL and CAPE job, found by bench/gpu_check.py).
+    The meta device stands in for CUDA: a meta tensor cannot be copied to the CPU, so such a copy raises."""
+    from posenc.training.model import PositionalEncoding
+
+    encoding = PositionalEncoding(name, example_params(name), _layer(), init_tokens=16).to("meta")
+    assert encoding.learned, f"{name} has no learned tensors to move"
+    applier = encoding.applier()
+    meta = torch.device("meta")
+    q, k = (torch.empty(2, 2, 16, 8, device=meta) for _ in range(2))  # (B, H, T, d)
+    x = torch.empty(2, 16, 16, device=meta)  # (B, T, D_model)
+    pos = positions(16, torch.device("cpu"))  # the offsets are read as integers: kept where they can be
+    inputs = LayerInputs(q=q, k=k, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos).to(meta), x=x)
+    if isinstance(applier, ScoreModApplier):
+        logits = applier.score_terms(inputs, 1.0 / 8**0.5).logits
+    else:
+        assert isinstance(applier, AttentionApplier)
+        logits = applier.normalise(torch.empty(2, 2, 16, 16, device=meta), inputs).weights
+    assert logits.device == meta

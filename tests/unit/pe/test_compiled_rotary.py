@@ -74,6 +74,20 @@ def test_what_the_kernel_leaves_to_the_eager_path() -> None:
         assert compiled.rotate(x.clone().requires_grad_(), cos, sin, "half", None) is None
 
 
+def test_tensors_off_the_cpu_go_straight_to_the_eager_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel is compiled for the CPU: a tensor elsewhere (CUDA; meta stands in for it here) must not even
+    try it (on an H100 the failed attempt cost 35x the eager apply), nor start a compile."""
+
+    def no_kernel(pairing: Pairing) -> None:
+        raise AssertionError(f"the {pairing} kernel was asked for a tensor that is not on the CPU")
+
+    monkeypatch.setattr(compiled, "_kernel", no_kernel)
+    x = large().to("meta")
+    cos, sin, _ = tables(x.shape[-2], 32, torch.float32)
+    assert compiled.rotate(x, cos.to("meta"), sin.to("meta"), "half", None) is None
+    assert apply_rotary(x, cos.to("meta"), sin.to("meta"), pairing="half").device.type == "meta"
+
+
 def test_float64_stays_on_the_exact_eager_path() -> None:
     """Even where a compiled kernel is ready, float64 is the plain formula: products rounded, then summed."""
     assert compiled.wait_until_ready("half")
