@@ -57,6 +57,9 @@ def tasks_table() -> str:
     lines += ["", "| suite | tasks | sized for |", "|---|---|---|"]
     for suite in listed.suites:
         lines.append(f"| `{suite.name}` | {', '.join(f'`{task}`' for task in suite.tasks)} | {_cell(suite.budget)} |")
+    lines += ["", "| pattern | shipped by | layers (the unit repeats) |", "|---|---|---|"]
+    for pattern in listed.patterns:
+        lines.append(f"| `{pattern.name}` | {_cell(pattern.model)} | {_cell(pattern.description)} |")
     return "\n".join(lines)
 
 

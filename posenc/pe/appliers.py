@@ -78,10 +78,17 @@ class Layer:
     dtype: torch.dtype = torch.float32  # the compute dtype of tables and scores
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     graph: Graph | None = None  # graph methods: the graph whose nodes the tokens are (positions = node ids)
+    window: int | None = None  # causal layers: a sliding window, query i attends to keys i − w + 1 .. i
+    chunk: int | None = None  # causal layers: chunked attention, query i attends to keys c·⌊i/c⌋ .. i
 
     @property
     def width(self) -> int:
         return self.model_dim if self.model_dim is not None else self.num_heads * self.head_dim
+
+    @property
+    def limited_span(self) -> bool:
+        """Whether a query sees less than its whole past (a window or a chunk)."""
+        return self.window is not None or self.chunk is not None
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,17 @@ def grid_positions(grid: tuple[int, ...], prefix_tokens: int = 0, device: torch.
 def future_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """True where key j is in the future of query i (k_pos[j] > q_pos[i]): (1, 1, Nq, Nk) bool."""
     return (k_pos[None, :] > q_pos[:, None])[None, None]
+
+
+def span_mask(layer: Layer, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """True where key j is out of query i's reach in a causal layer: its future, and for a sliding window
+    i − j >= w, for chunked attention ⌊i/c⌋ ≠ ⌊j/c⌋ (positions as given): (1, 1, Nq, Nk) bool."""
+    mask = future_mask(q_pos, k_pos)
+    if layer.window is not None:
+        mask = mask | ((q_pos[:, None] - k_pos[None, :]) >= layer.window)[None, None]
+    if layer.chunk is not None:
+        mask = mask | ((q_pos[:, None] // layer.chunk) != (k_pos[None, :] // layer.chunk))[None, None]
+    return mask
 
 
 META = torch.device("meta")
@@ -176,6 +194,17 @@ class Applier:
     @property
     def keeps_leftover(self) -> bool:
         """Whether ``attend`` reports a leftover (B, H, Nq): the mass of each row given to no key."""
+        return False
+
+    @property
+    def inside_attention(self) -> bool:
+        """Whether the method acts inside each attention layer only (not on the embeddings, no state carried
+        between layers): what one layer of a layer pattern can take."""
+        return self.spec.state_init is None
+
+    @property
+    def rotates(self) -> bool:
+        """Whether the method rotates q and k (so a layer may rotate only part of each head)."""
         return False
 
     def extra_workspace_elements(self, batch: int, q_len: int, k_len: int) -> int:
@@ -351,7 +380,12 @@ class Applier:
         absolute encoding is already in the tokens. A causal layer at positions arange(T) (the decoders) without
         a state goes through ``fast_attend``; ``pos`` (T,) or (T, A) (a ViT's grid, CLS at −1) through
         ``positional_attend``; a state through the materialised path (the update reads the weights)."""
-        if state is None and pos is None and self.layer.causal:
+        if self.layer.limited_span:
+            if not self.layer.causal or pos is not None:
+                raise InvalidInput(("layer",), "a window or chunk needs a causal layer at positions arange(T)")
+            if state is None:
+                return self.span_attend(q, k, v, x=x), None
+        elif state is None and pos is None and self.layer.causal:
             return self.fast_attend(q, k, v, x=x), None
         pos = positions(q.shape[-2], q.device) if pos is None else pos
         if state is None:
@@ -369,11 +403,22 @@ class Applier:
         assert attended.output is not None
         return attended.output.to(v.dtype)
 
+    def span_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Causal self-attention (B, H, T, d) at positions arange(T) over the layer's window or chunk only.
+        Materialised here; kinds with a fused form override it."""
+        pos = positions(q.shape[-2], q.device)
+        attended = self.attend(q, k, v, q_pos=pos, k_pos=pos, mask=self._token_mask(q), x=x, embedded=True)
+        assert attended.output is not None
+        return attended.output.to(v.dtype)
+
     def _token_mask(self, q: torch.Tensor) -> torch.Tensor:
-        """The layer's mask in token order: (1, 1, T, T) bool, the future when causal, else nothing."""
+        """The layer's mask in token order: (1, 1, T, T) bool, the future (and what lies outside the window or
+        chunk) when causal, else nothing."""
         index = positions(q.shape[-2], q.device)
         if self.layer.causal:
-            return future_mask(index, index)
+            return span_mask(self.layer, index, index)
         return torch.zeros(1, 1, q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device)
 
     # ---- FlexAttention
@@ -559,6 +604,10 @@ class AbsoluteApplier(Applier):
         grid = grid if grid is not None else (length,)
         return AbsoluteContext(grid=grid, dim=self.layer.width, graph=self.layer.graph)
 
+    @property
+    def inside_attention(self) -> bool:
+        return self.spec.name == "nope"  # NoPE adds nothing to the embeddings: a layer without a position signal
+
     def dry_run(self, longest: int) -> None:
         # On the meta device: the method's own checks run (a learned table must cover the longest sequence)
         # without allocating the (T, D) table, which at T = 3·2^20, D = 8192 would be 100 GB.
@@ -573,6 +622,11 @@ class AbsoluteApplier(Applier):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.layer.causal)  # P is in the tokens
+
+    def span_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=~self._token_mask(q))  # True = attended
 
 
 class BiasApplier(Applier):
@@ -687,9 +741,20 @@ class BiasApplier(Applier):
             bias = bias.masked_fill(self._token_mask(q)[0], float("-inf"))  # token order
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
 
+    def span_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        pos = positions(q.shape[-2], q.device)
+        bias = self.bias(pos, pos).masked_fill(self._token_mask(q)[0], float("-inf"))  # (H, T, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+
 
 class RotaryApplier(Applier):
     """q and k rotated by their positions; xPos also scales q by ζ^(n/λ) and k by its reciprocal."""
+
+    @property
+    def rotates(self) -> bool:
+        return True
 
     @property
     def rotary_dim(self) -> int:
@@ -797,6 +862,12 @@ class RotaryApplier(Applier):
     ) -> torch.Tensor:
         q, k = self.rotate(q, k, pos, pos)
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.layer.causal)
+
+    def span_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        q, k = self.rotate_cached(q, k)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=~self._token_mask(q))  # True = attended
 
 
 class ScoreModApplier(Applier):

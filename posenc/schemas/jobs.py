@@ -49,9 +49,100 @@ MAX_SEEDS = 64
 MAX_EVAL_SIZES = 64  # evaluation lengths, resolutions or graph sizes of one job
 
 
+MAX_PATTERN_LAYERS = 64  # layers of a written-out unit (a unit repeats over the model's layers)
+MAX_SPAN = 1 << 20  # tokens of a window or chunk (a span past the longest sequence is full attention)
+
+
+class QueryTemperature(_Strict):
+    """Llama 4's query temperature: q at position n times log(1 + floor((n + 1)/floor_scale))·attn_scale + 1."""
+
+    floor_scale: float = Field(gt=0, le=MAX_SPAN, description="Llama 4: 8192 (its chunk size)")
+    attn_scale: float = Field(ge=0, le=10, description="Llama 4: 0.1")
+
+
+class LayerOverride(_Strict):
+    """One layer of a pattern's unit: what it changes of the entry's method and params."""
+
+    method: str | None = Field(
+        default=None, max_length=128, description="this layer's method (default: the entry's); 'nope' for none"
+    )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        description="this layer's params: merged over the entry's when the method is the entry's, else its own",
+    )
+    rotary_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="rotary methods: the share of each head's features rotated (default 1)"
+    )
+    window: int | None = Field(
+        default=None, ge=1, le=MAX_SPAN, description="sliding window: query i attends to keys i − w + 1 .. i"
+    )
+    chunk: int | None = Field(
+        default=None, ge=1, le=MAX_SPAN, description="chunked attention: blocks of c tokens, each seeing only itself"
+    )
+    temperature: QueryTemperature | None = Field(default=None, description="Llama 4's query temperature")
+
+    @model_validator(mode="after")
+    def _one_span(self) -> LayerOverride:
+        if self.window is not None and self.chunk is not None:
+            raise ValueError("give window or chunk, not both")
+        return self
+
+
 class MethodRef(_Strict):
-    method: str = Field(max_length=128)
+    method: str = Field(
+        max_length=128, description="the method; with a pattern or layers, the method every layer starts from"
+    )
     params: dict[str, Any] = Field(default_factory=dict)
+    pattern: str | None = Field(
+        default=None,
+        max_length=64,
+        description="decoders: a named layer pattern of real models (GET /v1/tasks lists them), tiled over the "
+        "model's layers; its local spans are a quarter of the training length",
+    )
+    layers: list[LayerOverride] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PATTERN_LAYERS,
+        description="decoders: a unit of per-layer setups written out, tiled over the model's layers",
+    )
+    label: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.+-]+$",
+        description="the entry's name in results (default: the method, or the method and its pattern)",
+    )
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> MethodRef:
+        if self.pattern is not None and self.layers is not None:
+            raise ValueError("give pattern or layers, not both")
+        return self
+
+    @property
+    def patterned(self) -> bool:
+        return self.pattern is not None or self.layers is not None
+
+    @property
+    def name(self) -> str:
+        """The entry's name in results and run folders."""
+        if self.label is not None:
+            return self.label
+        if self.pattern is not None:
+            return f"{self.method}+{self.pattern}"
+        return f"{self.method}+layers" if self.layers is not None else self.method
+
+    def overrides(self) -> list[dict[str, Any]] | None:
+        """The written-out unit as plain overrides (the temperature as (floor_scale, attn_scale)); None without."""
+        if self.layers is None:
+            return None
+        unit = []
+        for layer in self.layers:
+            override = layer.model_dump(exclude_none=True)
+            if layer.temperature is not None:
+                override["temperature"] = (layer.temperature.floor_scale, layer.temperature.attn_scale)
+            unit.append(override)
+        return unit
 
 
 class DataSpec(_Strict):

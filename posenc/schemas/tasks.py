@@ -1,7 +1,9 @@
 """The task catalogue as it appears on the wire (``GET /v1/tasks``): every job task with its family and unit,
-and the suites."""
+the suites and the named layer patterns."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +28,17 @@ class SuiteInfo(BaseModel):
     budget: str = Field(description="the duration it is sized for")
 
 
+class PatternInfo(BaseModel):
+    name: str = Field(description="the value of a method entry's 'pattern'")
+    model: str = Field(description="the models that ship this layer pattern")
+    description: str
+    unit: list[dict[str, Any]] = Field(
+        description="the repeating unit's layer overrides at a local span of 16 tokens (a job's span is a quarter "
+        "of its training length, at least 4)"
+    )
+
+
 class TaskCatalogue(BaseModel):
     tasks: list[TaskInfo]
     suites: list[SuiteInfo]
+    patterns: list[PatternInfo] = Field(description="the named layer patterns a decoder job's method entry may use")

@@ -17,10 +17,12 @@ from the trainer.
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
 from posenc.errors import InvalidInput
+from posenc.patterns import PATTERNS
 from posenc.schemas.jobs import JobSpec
-from posenc.schemas.tasks import SuiteInfo, TaskCatalogue, TaskInfo
+from posenc.schemas.tasks import PatternInfo, SuiteInfo, TaskCatalogue, TaskInfo
 from posenc.tasks.base import SPEC, Family, Instance, TokenTask
 from posenc.tasks.graphs import Graphs
 from posenc.tasks.images import Images
@@ -77,4 +79,24 @@ def catalogue() -> TaskCatalogue:
                   seeds=list(suite.seeds), budget=suite.budget)
         for name, suite in SUITES.items()
     ]  # fmt: skip
-    return TaskCatalogue(tasks=tasks, suites=suites)
+    patterns = [
+        PatternInfo(
+            name=pattern.name,
+            model=pattern.model,
+            description=pattern.description,
+            unit=[{**layer, **_json_temperature(layer)} for layer in pattern.unit(CATALOGUE_SPAN)],
+        )
+        for pattern in PATTERNS.values()
+    ]
+    return TaskCatalogue(tasks=tasks, suites=suites, patterns=patterns)
+
+
+CATALOGUE_SPAN = 16  # the local span the catalogue shows a pattern's unit at
+
+
+def _json_temperature(layer: dict[str, Any]) -> dict[str, Any]:
+    """A unit's temperature as the job spec writes it: {"floor_scale", "attn_scale"}."""
+    if layer.get("temperature") is None:
+        return {}
+    floor_scale, attn_scale = layer["temperature"]
+    return {"temperature": {"floor_scale": floor_scale, "attn_scale": attn_scale}}

@@ -26,6 +26,7 @@ import torch
 from pydantic import BaseModel, ValidationError
 
 from posenc.errors import InvalidInput, Loc
+from posenc.patterns import MIN_LOCAL_SPAN, PATTERNS, LayerSetup, local_span, resolve_layers, unit_overrides
 from posenc.pe import MethodParams, MethodSpec, get_method
 from posenc.pe.appliers import Layer, build_applier
 from posenc.schemas.jobs import DataSpec, EvalSpec, JobKind, JobSpec, MethodRef
@@ -137,9 +138,37 @@ class Family(ABC):
             f"{'.'.join(map(str, self.train_field))} and {'.'.join(map(str, self.eval_field))}, in {self.unit}"
         )
 
+    def layer_setups(self, ref: MethodRef) -> list[LayerSetup] | None:
+        """A patterned entry's setup of every layer of the job's decoder (named patterns' local spans from the
+        training length, ``posenc.patterns.local_span``); None for a plain entry."""
+        if not ref.patterned:
+            return None
+        span = local_span(self.train_tokens())
+        return resolve_layers(
+            ref.method, ref.params, unit_overrides(ref.pattern, ref.overrides(), span), self.spec.model.layers
+        )
+
     def validate_method(self, ref: MethodRef, loc: Loc) -> None:
         """A 1D sequence model's check of one method: 1D positions, trainable, its dry run at the longest
-        sequence the job reads (O(1) in that length, ``Applier.dry_run``)."""
+        sequence the job reads (O(1) in that length, ``Applier.dry_run``). A layer pattern's every layer is
+        checked so, on the layer it gets (rotated share, window or chunk)."""
+        if ref.pattern is not None and ref.pattern not in PATTERNS:
+            raise InvalidInput((*loc, "pattern"), f"unknown pattern {ref.pattern!r}; one of {sorted(PATTERNS)}")
+        setups = self.layer_setups(ref)
+        if setups is not None:
+            get_method(ref.method)  # the entry's method is a registered one (UnknownMethodError names it)
+            unit = len(ref.layers) if ref.layers is not None else None
+            size = len(unit_overrides(ref.pattern, ref.overrides(), MIN_LOCAL_SPAN))
+            if self.spec.model.layers < size:
+                raise InvalidInput(
+                    (*loc, "pattern" if unit is None else "layers"),
+                    f"the unit has {size} layers and the model {self.spec.model.layers}: it would never reach its "
+                    f"last layers; give model.layers >= {size}",
+                )
+            for index, setup in enumerate(setups):
+                where = (*loc, "layers", index % unit) if unit is not None else (*loc, "pattern")
+                self._validate_layer(setup, where)
+            return
         method = get_method(ref.method)
         params = parse_params(method, method.training_params(ref.params), loc)
         if method.axes != 1:
@@ -151,6 +180,52 @@ class Family(ABC):
         layer = Layer(num_heads=model.heads, head_dim=model.dim // model.heads, causal=True)
         try:
             applier = build_applier(method, params, layer)
+            applier.check()
+            applier.dry_run(self.longest_tokens())
+        except InvalidInput as exc:
+            raise cannot_run(method, loc, exc) from None
+
+    def _validate_layer(self, setup: LayerSetup, loc: Loc) -> None:
+        """One layer of a pattern: a 1D method acting inside attention (no absolute encoding but NoPE, no state
+        threaded through the layers), partial rotation only for rotary methods and at least one pair, then the
+        dry run on the layer it gets."""
+        method = get_method(setup.method)
+        params = parse_params(method, method.training_params(setup.params), loc)
+        if method.axes != 1:
+            raise InvalidInput(
+                (*loc, "method"), f"{method.name!r} encodes {method.axes}D positions; this job's model is 1D"
+            )
+        check_trainable(method, loc)
+        model = self.spec.model
+        head_dim = model.dim // model.heads
+        rotary_dim = None if setup.rotary_fraction >= 1.0 else 2 * int(setup.rotary_fraction * head_dim / 2)
+        layer = Layer(
+            num_heads=model.heads,
+            head_dim=head_dim,
+            causal=True,
+            rotary_dim=rotary_dim,
+            window=setup.window,
+            chunk=setup.chunk,
+        )
+        try:
+            applier = build_applier(method, params, layer)
+        except InvalidInput as exc:
+            raise cannot_run(method, loc, exc) from None
+        if not applier.inside_attention:
+            raise InvalidInput(
+                (*loc, "method"),
+                f"{method.name!r} acts on the embeddings or threads a state through the layers; a pattern's layers "
+                "take methods that act inside attention (rotary, bias, score terms, NoPE)",
+            )
+        if rotary_dim is not None:
+            if not applier.rotates:
+                raise InvalidInput((*loc, "rotary_fraction"), f"{method.name!r} is not rotary: nothing to rotate")
+            if rotary_dim < 2:
+                raise InvalidInput(
+                    (*loc, "rotary_fraction"),
+                    f"{setup.rotary_fraction} of a {head_dim}-wide head is less than one pair of features",
+                )
+        try:
             applier.check()
             applier.dry_run(self.longest_tokens())
         except InvalidInput as exc:

@@ -77,6 +77,11 @@ class Graphs(Family):
     def validate_method(self, ref: MethodRef, loc: Loc) -> None:
         """Graph methods read each example's graph, 1D methods get the node ids; every evaluation size is
         dry-run on a path graph of that size, with the virtual graph token as a prefix token."""
+        if ref.patterned:
+            raise InvalidInput(
+                (*loc, "pattern" if ref.pattern is not None else "layers"),
+                "layer patterns are for the decoders (text, sequence tasks, probes); the graph model has one setup",
+            )
         method = get_method(ref.method)
         params = parse_params(method, method.training_params(ref.params), loc)
         if method.axes not in (0, 1) or method.causal_only:

@@ -100,6 +100,11 @@ class Images(Family):
     def validate_method(self, ref: MethodRef, loc: Loc) -> None:
         """A method on the ViT: 2D methods get (row, col) patch positions, 1D methods the raster index; every
         resolution is dry-run as the model applies the method, with at most ``MAX_IMAGE_PATCHES`` + 1 tokens."""
+        if ref.patterned:
+            raise InvalidInput(
+                (*loc, "pattern" if ref.pattern is not None else "layers"),
+                "layer patterns are for the decoders (text, sequence tasks, probes); the ViT has one setup for all",
+            )
         method = get_method(ref.method)
         params = parse_params(method, method.training_params(ref.params), loc)
         if method.axes not in (1, 2) or "graph" in method.needs:

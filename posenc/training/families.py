@@ -71,6 +71,7 @@ class Trainer(ABC, Generic[F]):
 
     def decoder_config(self, ref: MethodRef, vocab_size: int) -> ModelConfig:
         model = self.spec.model
+        setups = self.family.layer_setups(ref)  # a layer pattern's, resolved; None for a plain entry
         return ModelConfig(
             vocab_size=vocab_size,
             layers=model.layers,
@@ -81,6 +82,7 @@ class Trainer(ABC, Generic[F]):
             method=ref.method,
             params=dict(ref.params),
             train_length=self.family.train_tokens(),
+            layer_setups=None if setups is None else [setup.to_json() for setup in setups],
         )
 
 

@@ -94,13 +94,13 @@ class Unit:
 
 def units(spec: JobSpec) -> list[Unit]:
     """Every (method, seed) run, methods outermost: labels are method names, ``#index`` for a repeated one."""
-    names = [ref.method for ref in spec.methods]
+    names = [ref.name for ref in spec.methods]
     labels = [name if names.count(name) == 1 else f"{name}#{index}" for index, name in enumerate(names)]
     return [Unit(index, seed, labels[index]) for index in range(len(spec.methods)) for seed in spec.seeds]
 
 
 def run_dir(job_dir: Path, spec: JobSpec, unit: Unit) -> Path:
-    return job_dir / "checkpoints" / f"{unit.index:02d}-{spec.methods[unit.index].method}-seed{unit.seed}"
+    return job_dir / "checkpoints" / f"{unit.index:02d}-{spec.methods[unit.index].name}-seed{unit.seed}"
 
 
 def unit_steps(spec: JobSpec, family: Family) -> int:
@@ -201,6 +201,7 @@ def run_unit(
     result = {
         "method": ref.method,
         "label": unit.label,
+        **_pattern_fields(trainer.family, ref),
         **record,
         "cells": cells,
         "in_distribution": scores,
@@ -283,11 +284,30 @@ def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Pa
     }
 
 
+def _pattern_fields(family: Family, ref: MethodRef) -> dict[str, Any]:
+    """A layer pattern's name and every layer's setup as trained (``posenc.patterns.LayerSetup``); {} else."""
+    setups = family.layer_setups(ref)
+    if setups is None:
+        return {}
+    return {"pattern": ref.pattern, "layers": [setup.to_json() for setup in setups]}
+
+
 def _training_params(spec: JobSpec) -> list[dict[str, Any]]:
     """Per method: the params it was given, the params training used (the registry's training defaults filled
     in) and the note saying which defaults those are."""
     entries = []
     for ref in spec.methods:
+        if ref.patterned:
+            entries.append(
+                {
+                    "method": ref.method,
+                    "params": ref.params,
+                    "pattern": ref.pattern,
+                    "trained_with": None,
+                    "note": "a layer pattern: every layer's setup is in the result's 'layers'",
+                }
+            )
+            continue
         method = get_method(ref.method)
         entries.append(
             {
@@ -320,8 +340,8 @@ def _run_train(
     runs: list[dict[str, Any]] = []
     curves: dict[str, list[float]] = {}
     for position, seed in enumerate(spec.seeds):
-        label = f"{ref.method} seed {seed}"
-        directory = job_dir / "checkpoints" / f"00-{ref.method}-seed{seed}"
+        label = f"{ref.name} seed {seed}"
+        directory = job_dir / "checkpoints" / f"00-{ref.name}-seed{seed}"
         model, record = _train(spec, trainer, ref, seed, data, directory, progress, device, label)
         cells = _evaluate(model, data, trainer, [family.train_size()], device, None, label)
         scores = in_distribution(family, cells)
@@ -346,6 +366,7 @@ def _run_train(
         "kind": "train",
         "method": ref.method,
         "params": ref.params,
+        **_pattern_fields(family, ref),
         "training_params": _training_params(spec)[0],
         "data": family.describe() | {"sizes": [family.train_size()]},
         "final_loss": first["final_loss"],

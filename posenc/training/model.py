@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posenc.model_configs import query_temperature
+from posenc.patterns import LayerSetup
 from posenc.pe import MethodParams, get_method
 from posenc.pe.appliers import Applier, Layer, build_applier
 from posenc.schemas.tensors import INT64_MAX
@@ -53,6 +55,9 @@ class ModelConfig:
     ffn_mult: int = 4
     train_length: int = 128  # the context learned methods are initialised for
     pairing: Literal["half", "interleaved"] = "half"  # rotary methods: the feature pairs q and k rotate
+    # a layer pattern: every layer's resolved setup (``posenc.patterns.LayerSetup.to_json``); None: ``method``
+    # and ``params`` in every layer
+    layer_setups: list[dict[str, Any]] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -221,11 +226,19 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(dim, dim)
 
     def forward(
-        self, x: torch.Tensor, pe: LayerPE, state: Any, pos: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        pe: LayerPE,
+        state: Any,
+        pos: torch.Tensor | None = None,
+        q_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
+        """``q_scale`` (T, 1): a per-position factor on the queries (Llama 4's temperature), else None."""
         batch, length, dim = x.shape
         qkv = self.qkv(x).view(batch, length, 3, self.heads, dim // self.heads)  # (B, T, 3, H, d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, d_head)
+        if q_scale is not None:
+            q = q * q_scale  # (B, H, T, d_head) · (T, 1)
         attended, state = pe.layer_attend(q, k, v, x=x, state=state, pos=pos)  # (B, H, T, d_head); x feeds gates
         merged = attended.transpose(1, 2).reshape(batch, length, dim)  # (B, T, H·d_head)
         out: torch.Tensor = self.out(merged)
@@ -244,6 +257,7 @@ class Block(nn.Module):
         self.ffn_in = nn.Linear(dim, ffn_mult * dim)
         self.ffn_out = nn.Linear(ffn_mult * dim, dim)
         self.pe: PositionalEncoding | None = None  # this layer's own instance, for per-layer methods
+        self.temperature: tuple[float, float] | None = None  # a pattern's (floor_scale, attn_scale) on the queries
         self.run_seed: int | None = None  # the seed init_weights drew the weights from
 
     def forward(
@@ -257,12 +271,38 @@ class Block(nn.Module):
         residual add, as TAPE's code does (``VITA-Group/TAPE``, ``models/llama/adape.py``,
         ``LlamaDecoderLayer.forward``: ``h = mlp(post_attention_layernorm(h))``, then ``pe(h, E)``, marked "this
         order is important"; the residuals of h and E are added after)."""
-        attended, state = self.attn(self.attn_norm(x), pe, state, pos)
+        scale = None
+        if self.temperature is not None:  # Llama 4: τ(n) at positions arange(T), (T,) -> (T, 1)
+            index = torch.arange(x.shape[1], device=x.device)
+            scale = query_temperature(index, *self.temperature).to(x.dtype)[:, None]
+        attended, state = self.attn(self.attn_norm(x), pe, state, pos, scale)
         x = x + attended
         ffn = self.ffn_out(F.gelu(self.ffn_in(self.ffn_norm(x))))  # (B, T, D): FFN(LN(x)), before the residual add
         state = pe.update_state(ffn, state)  # TAPE: E ← E + W_down(SiLU(FFN W_x) ⊙ W_up E)
         out: torch.Tensor = x + ffn
         return out, state
+
+
+def attach_layer_pattern(
+    blocks: nn.ModuleList, setups: list[LayerSetup], base: Layer, *, seed: int, init_tokens: int
+) -> PositionalEncoding:
+    """A layer pattern: each block its own instance of its layer's method, on a layer that rotates its share
+    of the head (rounded down to whole pairs) and attends over its span; queries of a layer with a temperature
+    are scaled by it. The shared instance is NoPE: nothing is added to the embeddings, no state starts. The
+    patterns' methods act inside attention only (``posenc.tasks`` refuses absolute and model-coupled ones)."""
+    if len(setups) != len(blocks):
+        raise ValueError(f"{len(setups)} layer setups for {len(blocks)} layers")
+    for index, (block, setup) in enumerate(zip(blocks, setups, strict=True)):
+        assert isinstance(block, Block)
+        rotary_dim = None
+        if setup.rotary_fraction < 1.0:
+            rotary_dim = 2 * int(setup.rotary_fraction * base.head_dim / 2)  # whole pairs, as HF's int(d·f)
+        layer = replace(base, rotary_dim=rotary_dim, window=setup.window, chunk=setup.chunk)
+        block.pe = PositionalEncoding(
+            setup.method, setup.params, layer, run_seed=seed, layer_index=index, init_tokens=init_tokens
+        )
+        block.temperature = setup.temperature
+    return PositionalEncoding("nope", {}, base, learned=False, run_seed=seed, init_tokens=init_tokens)
 
 
 def block_pe(block: Block, shared: Applier) -> Applier:
@@ -284,9 +324,13 @@ class TinyTransformer(nn.Module):
         layer = Layer(
             num_heads=config.heads, head_dim=config.head_dim, causal=True, model_dim=config.dim, pairing=config.pairing
         )
-        self.pe = attach_positional_encodings(
-            self.blocks, config.method, config.params, layer, seed=seed, init_tokens=config.train_length
-        )
+        if config.layer_setups is not None:
+            setups = [LayerSetup.from_json(setup) for setup in config.layer_setups]
+            self.pe = attach_layer_pattern(self.blocks, setups, layer, seed=seed, init_tokens=config.train_length)
+        else:
+            self.pe = attach_positional_encodings(
+                self.blocks, config.method, config.params, layer, seed=seed, init_tokens=config.train_length
+            )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         length = ids.shape[1]

@@ -209,9 +209,14 @@ def test_a_short_job_submitted_after_a_benchmark_does_not_wait_for_its_runs(
         parent = client.post("/v1/jobs", json=benchmark(steps=STEPS // 2, seeds=(0, 1, 2))).json()["id"]
         parked(client, parent, jobs)  # its first run is running, five are queued
         train = benchmark(steps=20, methods=("rope",), seeds=(0,)) | {"kind": "train"}
+        # a layer pattern written out (one layer: a window of 3, half the head rotated), run by the worker
+        train["spec"]["methods"] = [{"method": "rope", "layers": [{"window": 3, "rotary_fraction": 0.5}]}]
         short = client.post("/v1/jobs", json=train).json()["id"]
         finished = jobs.wait(client, short, jobs.is_terminal, timeout=60)
         assert finished["status"] == "succeeded", finished
+        assert finished["result"]["layers"] == [
+            {"method": "rope", "params": {}, "rotary_fraction": 0.5, "window": 3, "chunk": None, "temperature": None}
+        ]
         done = jobs.wait(client, parent, jobs.is_terminal, timeout=90)
         assert done["status"] == "succeeded", done
         starts = sorted(run["started_at"] for run in children(client, parent))

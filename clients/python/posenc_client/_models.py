@@ -157,6 +157,13 @@ class BiasRequest(BaseModel):
     """
 
 
+class Chunk(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1048576, title="Chunk")]
+    """
+    chunked attention: blocks of c tokens, each seeing only itself
+    """
+
+
 class CompareRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -656,6 +663,16 @@ class KeyLength(RootModel[int]):
     """
 
 
+class Label(RootModel[str]):
+    root: Annotated[
+        str,
+        Field(max_length=64, min_length=1, pattern="^[A-Za-z0-9_.+-]+$", title="Label"),
+    ]
+    """
+    the entry's name in results (default: the method, or the method and its pattern)
+    """
+
+
 class Layer(RootModel[int]):
     root: Annotated[int, Field(ge=0, le=1023, title="Layer")]
     """
@@ -665,6 +682,40 @@ class Layer(RootModel[int]):
 
 class Layer1(RootModel[int]):
     root: Annotated[int, Field(ge=0, le=1023, title="Layer")]
+
+
+class LayerOverride(BaseModel):
+    """
+    One layer of a pattern's unit: what it changes of the entry's method and params.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    chunk: Annotated[Chunk | None, Field(title="Chunk")] = None
+    """
+    chunked attention: blocks of c tokens, each seeing only itself
+    """
+    method: Annotated[Method | None, Field(title="Method")] = None
+    """
+    this layer's method (default: the entry's); 'nope' for none
+    """
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    this layer's params: merged over the entry's when the method is the entry's, else its own
+    """
+    rotary_fraction: Annotated[RotaryFraction | None, Field(title="Rotary Fraction")] = None
+    """
+    rotary methods: the share of each head's features rotated (default 1)
+    """
+    temperature: QueryTemperature | None = None
+    """
+    Llama 4's query temperature
+    """
+    window: Annotated[Window | None, Field(title="Window")] = None
+    """
+    sliding window: query i attends to keys i − w + 1 .. i
+    """
 
 
 class LayerRopeOut(BaseModel):
@@ -716,6 +767,13 @@ class LayerRopeOut(BaseModel):
     window: Annotated[int | None, Field(title="Window")] = None
 
 
+class Layers(RootModel[list[LayerOverride]]):
+    root: Annotated[list[LayerOverride], Field(max_length=64, min_length=1, title="Layers")]
+    """
+    decoders: a unit of per-layer setups written out, tiled over the model's layers
+    """
+
+
 class Length(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1048576, title="Length")]
 
@@ -735,6 +793,13 @@ class MaxDistance(RootModel[int]):
     root: Annotated[int, Field(ge=2, le=256, title="Max Distance")]
     """
     graph tasks: classes of distance 1 ... max_distance, the last one '>= max_distance' (default 5)
+    """
+
+
+class Method(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, title="Method")]
+    """
+    this layer's method (default: the entry's); 'nope' for none
     """
 
 
@@ -812,8 +877,23 @@ class MethodRef(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    label: Annotated[Label | None, Field(title="Label")] = None
+    """
+    the entry's name in results (default: the method, or the method and its pattern)
+    """
+    layers: Annotated[Layers | None, Field(title="Layers")] = None
+    """
+    decoders: a unit of per-layer setups written out, tiled over the model's layers
+    """
     method: Annotated[str, Field(max_length=128, title="Method")]
+    """
+    the method; with a pattern or layers, the method every layer starts from
+    """
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    pattern: Annotated[Pattern | None, Field(title="Pattern")] = None
+    """
+    decoders: a named layer pattern of real models (GET /v1/tasks lists them), tiled over the model's layers; its local spans are a quarter of the training length
+    """
 
 
 class ModelPreset(BaseModel):
@@ -876,6 +956,32 @@ class PatchSize(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=256, title="Patch Size")]
     """
     image tasks: side of a square patch in pixels (default 4)
+    """
+
+
+class Pattern(RootModel[str]):
+    root: Annotated[str, Field(max_length=64, title="Pattern")]
+    """
+    decoders: a named layer pattern of real models (GET /v1/tasks lists them), tiled over the model's layers; its local spans are a quarter of the training length
+    """
+
+
+class PatternInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    description: Annotated[str, Field(title="Description")]
+    model: Annotated[str, Field(title="Model")]
+    """
+    the models that ship this layer pattern
+    """
+    name: Annotated[str, Field(title="Name")]
+    """
+    the value of a method entry's 'pattern'
+    """
+    unit: Annotated[list[dict[str, Any]], Field(title="Unit")]
+    """
+    the repeating unit's layer overrides at a local span of 16 tokens (a job's span is a quarter of its training length, at least 4)
     """
 
 
@@ -1006,6 +1112,24 @@ class QueryOffset(RootModel[int]):
     """
 
 
+class QueryTemperature(BaseModel):
+    """
+    Llama 4's query temperature: q at position n times log(1 + floor((n + 1)/floor_scale))·attn_scale + 1.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    attn_scale: Annotated[float, Field(ge=0.0, le=10.0, title="Attn Scale")]
+    """
+    Llama 4: 0.1
+    """
+    floor_scale: Annotated[float, Field(gt=0.0, le=1048576.0, title="Floor Scale")]
+    """
+    Llama 4: 8192 (its chunk size)
+    """
+
+
 class RandomSpec(BaseModel):
     """
     Server-side generated tensor: same shape, seed and distribution give the same values.
@@ -1069,6 +1193,13 @@ class RotaryDim1(RootModel[int]):
     root: Annotated[int, Field(ge=2, title="Rotary Dim")]
     """
     rotate only the first rotary_dim features (partial rotary); even
+    """
+
+
+class RotaryFraction(RootModel[float]):
+    root: Annotated[float, Field(gt=0.0, le=1.0, title="Rotary Fraction")]
+    """
+    rotary methods: the share of each head's features rotated (default 1)
     """
 
 
@@ -1265,6 +1396,10 @@ class TaskCatalogue(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    patterns: Annotated[list[PatternInfo], Field(title="Patterns")]
+    """
+    the named layer patterns a decoder job's method entry may use
+    """
     suites: Annotated[list[SuiteInfo], Field(title="Suites")]
     tasks: Annotated[list[TaskInfo], Field(title="Tasks")]
 
@@ -1395,3 +1530,10 @@ class TrainSpec(BaseModel):
     steps: Annotated[int, Field(ge=1, le=10000000, title="Steps")] = 1000
     warmup_steps: Annotated[int, Field(ge=0, le=9223372036854776000, title="Warmup Steps")] = 50
     weight_decay: Annotated[float, Field(ge=0.0, title="Weight Decay")] = 0.01
+
+
+class Window(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1048576, title="Window")]
+    """
+    sliding window: query i attends to keys i − w + 1 .. i
+    """

@@ -64,3 +64,38 @@ def test_lists_every_task_with_the_unit_its_family_reads_and_the_suites(client: 
         assert item["train_field"] == ".".join(map(str, family.train_field))
     assert [suite["name"] for suite in body["suites"]] == list(SUITES)
     assert all(set(suite["tasks"]) <= set(listed) for suite in body["suites"])
+
+
+def test_lists_the_layer_patterns_and_jobs_take_them_by_name_or_written_out(
+    make_client: Any, redis_url: str, wire: Any
+) -> None:
+    """Each named pattern is listed with its unit; a job naming it is accepted (202), and so is the listed unit
+    written out as ``layers``; an unknown name and a unit a method cannot honour are 422s naming the field."""
+    from posenc.patterns import PATTERNS
+
+    client = make_client(redis_url=redis_url)
+
+    listed = client.get("/v1/tasks").json()["patterns"]
+    assert [pattern["name"] for pattern in listed] == list(PATTERNS)
+
+    def job(entry: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "kind": "benchmark",
+            "spec": {
+                "methods": [entry],
+                "data": {"task": "copy", "size": 6},
+                "model": {"layers": 6, "dim": 32, "heads": 2},
+                "train": {"steps": 2, "batch_size": 2},
+            },
+        }
+
+    for pattern in listed:
+        named = client.post("/v1/jobs", json=job({"method": "rope", "pattern": pattern["name"]}))
+        assert named.status_code == 202, named.text
+        written = client.post("/v1/jobs", json=job({"method": "rope", "layers": pattern["unit"]}))
+        assert written.status_code == 202, (pattern["name"], written.text)
+    unknown = wire.problem(client.post("/v1/jobs", json=job({"method": "rope", "pattern": "llama5"})), 422)
+    assert ["body", "spec", "methods", 0, "pattern"] in wire.locs(unknown)
+    alibi = job({"method": "alibi", "layers": [{}, {"rotary_fraction": 0.5}]})
+    refused = wire.problem(client.post("/v1/jobs", json=alibi), 422)
+    assert ["body", "spec", "methods", 0, "layers", 1, "rotary_fraction"] in wire.locs(refused)
