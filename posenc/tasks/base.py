@@ -167,28 +167,14 @@ class Family(ABC):
                 )
             for index, setup in enumerate(setups):
                 where = (*loc, "layers", index % unit) if unit is not None else (*loc, "pattern")
-                self._validate_layer(setup, where)
+                self._validate_layer(setup, where, in_pattern=True)
             return
-        method = get_method(ref.method)
-        params = parse_params(method, method.training_params(ref.params), loc)
-        if method.axes != 1:
-            raise InvalidInput(
-                (*loc, "method"), f"{method.name!r} encodes {method.axes}D positions; this job's model is 1D"
-            )
-        check_trainable(method, loc)
-        model = self.spec.model
-        layer = Layer(num_heads=model.heads, head_dim=model.dim // model.heads, causal=True)
-        try:
-            applier = build_applier(method, params, layer)
-            applier.check()
-            applier.dry_run(self.longest_tokens())
-        except InvalidInput as exc:
-            raise cannot_run(method, loc, exc) from None
+        self._validate_layer(LayerSetup(ref.method, dict(ref.params)), loc, in_pattern=False)
 
-    def _validate_layer(self, setup: LayerSetup, loc: Loc) -> None:
-        """One layer of a pattern: a 1D method acting inside attention (no absolute encoding but NoPE, no state
-        threaded through the layers), partial rotation only for rotary methods and at least one pair, then the
-        dry run on the layer it gets."""
+    def _validate_layer(self, setup: LayerSetup, loc: Loc, *, in_pattern: bool) -> None:
+        """One method on one layer of the decoder: 1D positions, trainable, partial rotation only for rotary
+        methods and at least one pair, its dry run on the layer it gets; in a pattern also acting inside
+        attention (no absolute encoding but NoPE, no state threaded through the layers)."""
         method = get_method(setup.method)
         params = parse_params(method, method.training_params(setup.params), loc)
         if method.axes != 1:
@@ -211,7 +197,7 @@ class Family(ABC):
             applier = build_applier(method, params, layer)
         except InvalidInput as exc:
             raise cannot_run(method, loc, exc) from None
-        if not applier.inside_attention:
+        if in_pattern and not applier.inside_attention:
             raise InvalidInput(
                 (*loc, "method"),
                 f"{method.name!r} acts on the embeddings or threads a state through the layers; a pattern's layers "
