@@ -165,6 +165,15 @@ class Family(ABC):
                     f"the unit has {size} layers and the model {self.spec.model.layers}: it would never reach its "
                     f"last layers; give model.layers >= {size}",
                 )
+            if ref.pattern is not None:  # the entry's params would be overridden, not used: refused
+                for layer in unit_overrides(ref.pattern, None, MIN_LOCAL_SPAN):
+                    taken = set(ref.params) & set(layer.get("params") or {})
+                    if taken and layer.get("method", ref.method) == ref.method:
+                        raise InvalidInput(
+                            (*loc, "params", sorted(taken)[0]),
+                            f"pattern {ref.pattern!r} sets {sorted(taken)} in its layers; leave it out, or write the "
+                            "layers out with 'layers'",
+                        )
             for index, setup in enumerate(setups):
                 where = (*loc, "layers", index % unit) if unit is not None else (*loc, "pattern")
                 self._validate_layer(setup, where, in_pattern=True)

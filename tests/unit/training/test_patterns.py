@@ -184,6 +184,7 @@ def test_llama4_temperature_scales_queries_only_from_floor_scale_on() -> None:
     [
         ({"method": "rope", "pattern": "llama5"}, 12, ("pattern",), "unknown pattern"),
         ({"method": "rope", "pattern": "gemma3"}, 4, ("pattern",), "model.layers >= 6"),
+        ({"method": "rope", "params": {"base": 500.0}, "pattern": "gemma3"}, 6, ("params", "base"), "sets ['base']"),
         ({"method": "alibi", "layers": [{"rotary_fraction": 0.5}]}, 2, ("layers", 0, "rotary_fraction"), "not rotary"),
         ({"method": "rope", "layers": [{"rotary_fraction": 0.01}]}, 2, ("layers", 0, "rotary_fraction"), "one pair"),
         ({"method": "rope", "layers": [{}, {"method": "sinusoidal"}]}, 2, ("layers", 1, "method"), "embeddings"),
