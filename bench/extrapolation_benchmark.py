@@ -44,6 +44,9 @@ class PrintingHooks:
     def should_cancel(self) -> bool:
         return False
 
+    def note(self, message: str) -> None:
+        del message
+
 
 def benchmark_spec(steps: int) -> JobSpec:
     return JobSpec.model_validate(

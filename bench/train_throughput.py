@@ -234,6 +234,9 @@ class InterleavedHooks:
     def should_cancel(self) -> bool:
         return False
 
+    def note(self, message: str) -> None:
+        del message
+
 
 def job_step_times(
     config: ModelConfig, baseline: Steps, spec: TrainSpec, root: Path

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from posenc.compute import check_job_budget, prepare_job
 from posenc.errors import InvalidInput
+from posenc.extension import arm_ref, arms, finetune_job_spec
 from posenc.schemas.jobs import ComputeJobSpec, JobCreate, JobKind, JobSpec
 from posenc.tasks import Family, family_of
 from posenc.tasks.base import SPEC
@@ -54,9 +55,46 @@ def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | N
         family = family_of(task_spec)
         family.validate(kind, data_dirs)
         for index, ref in enumerate(task_spec.methods):
-            family.validate_method(ref, (*SPEC, "methods", index))
+            # a study's rules are checked with the params the study fills in (posenc.extension.arm_ref)
+            family.validate_method(ref if spec.extension is None else arm_ref(spec, ref), (*SPEC, "methods", index))
         families.append(family)
+    if spec.extension is not None:
+        _validate_study(kind, spec, families[0])
     return families[0]
+
+
+def _validate_study(kind: JobKind, spec: JobSpec, family: Family) -> None:
+    """A context-extension study: a benchmark without a suite, on text or probes (whose size is a length in
+    tokens), a rotary base model and rotary rules (no layer patterns), each rule named once, and every arm able
+    to run at the fine-tune's length."""
+    loc = (*SPEC, "extension")
+    if kind != "benchmark":
+        raise InvalidInput(loc, "a context-extension study is a benchmark: submit it with kind 'benchmark'")
+    if spec.suite is not None:
+        raise InvalidInput((*SPEC, "suite"), "a context-extension study takes no suite: its arms are its methods")
+    if not family.reads_train_length:
+        raise InvalidInput(
+            loc,
+            f"a study extends a context measured in tokens (text or the probes); {family.task!r} is sized in "
+            f"{family.unit}",
+        )
+    assert spec.extension is not None
+    family.validate_method(spec.extension.base, (*loc, "base"))
+    family.require_rotary(spec.extension.base, (*loc, "base"))
+    seen: dict[str, int] = {}
+    for index, ref in enumerate(spec.methods):
+        family.require_rotary(arm_ref(spec, ref), (*SPEC, "methods", index))
+        if ref.name in seen or ref.name == "base":
+            raise InvalidInput(
+                (*SPEC, "methods", index, "label"),
+                f"an arm named {ref.name!r} is already in the study (the base model is 'base'); give it a label",
+            )
+        seen[ref.name] = index
+    if spec.extension.finetune_steps:
+        tuned = family_of(finetune_job_spec(spec, arms(spec)[0]))
+        tuned.validate(kind)
+        for arm in arms(spec):
+            tuned.validate_method(arm.ref, (*SPEC, "extension", "finetune_length"))
 
 
 # --------------------------------------------------------------------------------------------------- cost
@@ -105,7 +143,17 @@ def _job_work(create: JobCreate, per_token: Callable[[JobSpec, Family, int], int
         return evaluation
     length = family.train_tokens()
     training = backward * spec.train.steps * spec.train.batch_size * length * per_token(spec, family, length)
-    return len(spec.methods) * len(spec.seeds) * (training + evaluation)
+    if spec.extension is None:
+        return len(spec.methods) * len(spec.seeds) * (training + evaluation)
+    # a study: the base model once per seed, every arm evaluated, the fine-tuned arms trained further
+    study = arms(spec)
+    tuned_runs = sum(1 for arm in study if arm.finetune)
+    tuned_spec = finetune_job_spec(spec, study[0])
+    tuned_family = family_of(tuned_spec)
+    tuned_length = tuned_family.train_tokens()
+    tuning = (backward * tuned_spec.train.steps * tuned_spec.train.batch_size * tuned_length
+              * per_token(tuned_spec, tuned_family, tuned_length)) if tuned_runs else 0  # fmt: skip
+    return len(spec.seeds) * (training + len(study) * evaluation + tuned_runs * tuning)
 
 
 # ---------------------------------------------------------------------------------------------- duration

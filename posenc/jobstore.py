@@ -881,6 +881,16 @@ class JobStore:
     def events(self, job_id: str) -> list[str]:
         return _strs(self.r.lrange(_keys(job_id)["events"], 0, -1))
 
+    def note(self, job_id: str, message: str) -> None:
+        """A line of the job's own in its events (and in its benchmark's, for a run of one), stamped now."""
+        stamped = f"{message}|{now_iso()}"
+        found = self.run_of(job_id)
+        pipe = self.r.pipeline()
+        pipe.rpush(_keys(job_id)["events"], stamped)
+        if found is not None:
+            pipe.rpush(_keys(found[0])["events"], f"run {job_id}: {stamped}")
+        pipe.execute()
+
     # ---- worker side
 
     def claim(self, job_id: str, *, worker: str, lease_ttl_s: float, max_attempts: int) -> Claim:

@@ -10,13 +10,21 @@ The real models' spans are thousands of tokens (Gemma 3: 1024, Llama 4: 8192); a
 named pattern's spans therefore follow one stated rule, ``local_span``: a quarter of the training length, at
 least 4 tokens, so a local layer sees less than its training context and far less than the evaluation lengths,
 as in the real models. Llama 4's temperature floor scale is its chunk size (8192 = 8192 there), kept here.
+
+A real model's config (or a preset) becomes a unit by :func:`config_unit`, from the per-layer setup
+``/v1/models/resolve`` gives (``posenc.model_configs.resolve_config``), by the rule stated there: methods, θ,
+scaling factors, rotated shares, NoPE layers and the temperature's attn_scale kept; the lengths scaled to the
+tiny model's training length; the unit the shortest period of the layers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from posenc.model_configs import LayerRope
 
 LOCAL_SPAN_FRACTION = 0.25  # a named pattern's local span, as a fraction of the training length
 MIN_LOCAL_SPAN = 4
@@ -169,3 +177,45 @@ def resolve_layers(
             )
         )
     return resolved
+
+
+# Keys of a rotary method's params that are lengths of the source model's context, scaled to the tiny model's.
+CONTEXT_LENGTH_KEYS = ("original_max_position_embeddings", "max_position_embeddings")
+
+
+def config_unit(layers: Sequence[LayerRope], train_length: int) -> list[dict[str, Any]]:
+    """The unit a tiny decoder trained on ``train_length`` tokens takes from a real model's resolved layers.
+
+    The rule, per layer: its method, θ and scaling params as the config resolves them; a NoPE layer stays NoPE;
+    the rotated share ``rotary_dim / head_dim`` (the tiny model's head dim is its own, the share is kept); the
+    context lengths in its params (``original_max_position_embeddings``, ``max_position_embeddings``) scaled by
+    ``train_length / original`` (original: the first of them the params hold), so a Llama 3 or YaRN band sits at
+    the same fraction of the training context; a sliding window or chunk becomes ``local_span(train_length)``,
+    as in the named patterns; Llama 4's temperature keeps its attn_scale, its floor scale becomes that span
+    (it is the chunk size there). The unit is the shortest period p with layer ℓ = layer ℓ mod p for every
+    layer of the source (one layer for a uniform model, 6 for Gemma 3), tiled over the tiny model's layers."""
+    span = local_span(train_length)
+    rows = [_tiny_layer(layer, train_length, span) for layer in layers]
+    period = next(p for p in range(1, len(rows) + 1) if all(rows[i] == rows[i % p] for i in range(len(rows))))
+    return rows[:period]
+
+
+def _tiny_layer(layer: LayerRope, train_length: int, span: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"method": layer.method or "nope", "params": {}}
+    if layer.method is not None:
+        params = dict(layer.params)
+        original = next((params[key] for key in CONTEXT_LENGTH_KEYS if params.get(key)), None)
+        if original:
+            for key in CONTEXT_LENGTH_KEYS:
+                if key in params:
+                    params[key] = max(1, round(params[key] * train_length / original))
+        row["params"] = params
+        if layer.rotary_dim < layer.head_dim:
+            row["rotary_fraction"] = layer.rotary_dim / layer.head_dim
+    if layer.window is not None:
+        row["window"] = span
+    if layer.chunk is not None:
+        row["chunk"] = span
+    if layer.query_temperature is not None:
+        row["temperature"] = (float(span), float(layer.query_temperature["attn_scale"]))
+    return row

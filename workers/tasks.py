@@ -123,6 +123,12 @@ class AttemptHooks:
     def should_cancel(self) -> bool:
         return self.keeper.cancel_requested.is_set() or self.keeper.superseded.is_set()
 
+    def note(self, message: str) -> None:
+        try:
+            self.store.note(self.job_id, message)
+        except RedisError:  # advisory, like progress
+            logger.exception("job %s: event write failed", self.job_id)
+
     @property
     def resumed_from_step(self) -> int:
         """Steps already done when this attempt started (0 for a fresh run; >0 after a resume)."""
@@ -372,7 +378,8 @@ def _run_child(store: JobStore, job: Job, job_dir: Path, hooks: AttemptHooks, se
             threads=torch_threads_per_child(),
         )
         one = run_spec(spec, run.get("position"), int(run["index"]), int(run["seed"]))
-        _record_rate(store, job.queue, JobCreate(kind="benchmark", spec=one), time.monotonic() - started, hooks)
+        if one is not None:
+            _record_rate(store, job.queue, JobCreate(kind="benchmark", spec=one), time.monotonic() - started, hooks)
         return dict(record) | {"resumed_from_step": hooks.resumed_from_step, "device": device}
 
     return _guarded(settings, run)

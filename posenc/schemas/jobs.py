@@ -7,6 +7,7 @@ of the compute routes, run by a worker, its tensors written to an artifact.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -89,8 +90,10 @@ class LayerOverride(_Strict):
 
 
 class MethodRef(_Strict):
-    method: str = Field(
-        max_length=128, description="the method; with a pattern or layers, the method every layer starts from"
+    method: str | None = Field(
+        default=None,
+        max_length=128,
+        description="the method; with a pattern or layers, the method every layer starts from; none with a config",
     )
     params: dict[str, Any] = Field(default_factory=dict)
     pattern: str | None = Field(
@@ -105,6 +108,13 @@ class MethodRef(_Strict):
         max_length=MAX_PATTERN_LAYERS,
         description="decoders: a unit of per-layer setups written out, tiled over the model's layers",
     )
+    config: dict[str, Any] | str | None = Field(
+        default=None,
+        description="decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets "
+        "the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, "
+        "temperature), its context lengths scaled to train.length and its spans a quarter of it, the shortest "
+        "repeating unit of its layers tiled over the model's; give no method, params, pattern or layers with it",
+    )
     label: str | None = Field(
         default=None,
         min_length=1,
@@ -115,22 +125,56 @@ class MethodRef(_Strict):
 
     @model_validator(mode="after")
     def _one_unit(self) -> MethodRef:
+        if self.config is not None:
+            given = [name for name in ("method", "pattern", "layers") if getattr(self, name) is not None]
+            if self.params:
+                given.append("params")
+            if given:
+                raise ValueError(f"a config sets every layer's method and params; give no {', '.join(given)} with it")
+            return self
+        if self.method is None:
+            raise ValueError("give a method (or a model config)")
         if self.pattern is not None and self.layers is not None:
             raise ValueError("give pattern or layers, not both")
         return self
 
     @property
     def patterned(self) -> bool:
-        return self.pattern is not None or self.layers is not None
+        return self.pattern is not None or self.layers is not None or self.config is not None
+
+    @property
+    def unit_field(self) -> str:
+        """The field that makes the entry patterned: 'config', 'pattern' or 'layers' (an error's location)."""
+        return "config" if self.config is not None else "pattern" if self.pattern is not None else "layers"
+
+    @property
+    def method_name(self) -> str:
+        """The entry's method; a config's entry has none of its own: 'config' (its layers name theirs)."""
+        return self.method if self.method is not None else "config"
+
+    @property
+    def config_name(self) -> str | None:
+        """A config entry's source: the preset's name, or the config's model_type ('custom' without one)."""
+        if self.config is None:
+            return None
+        if isinstance(self.config, str):
+            return self.config
+        model_type = self.config.get("model_type")
+        if not isinstance(model_type, str):
+            nested = self.config.get("text_config")
+            model_type = nested.get("model_type") if isinstance(nested, dict) else None
+        return model_type if isinstance(model_type, str) and model_type else "custom"
 
     @property
     def name(self) -> str:
         """The entry's name in results and run folders."""
         if self.label is not None:
             return self.label
+        if self.config is not None:
+            return "config-" + re.sub(r"[^A-Za-z0-9_.+-]", "_", self.config_name or "custom")[:57]
         if self.pattern is not None:
             return f"{self.method}+{self.pattern}"
-        return f"{self.method}+layers" if self.layers is not None else self.method
+        return f"{self.method}+layers" if self.layers is not None else self.method_name
 
     def overrides(self) -> list[dict[str, Any]] | None:
         """The written-out unit as plain overrides (the temperature as (floor_scale, attn_scale)); None without."""
@@ -279,6 +323,38 @@ class EvalSpec(_Strict):
     )
 
 
+MAX_FINETUNE_STEPS = 1_000_000
+
+
+class ExtensionSpec(_Strict):
+    """A context-extension study (benchmark only; text and probes): one base model per seed trained at
+    ``train.length`` and kept, then every entry of ``methods`` (an arm: a rotary scaling rule) applied to it at
+    evaluation only and, with ``finetune_steps``, also after a short fine-tune at ``finetune_length`` with the
+    rule in place. An arm's params that it leaves out are filled from the study: ``base`` from the base model,
+    ``factor`` from ``factor``, ``original_max_position_embeddings`` from ``train.length``."""
+
+    base: MethodRef = Field(
+        default_factory=lambda: MethodRef(method="rope"),
+        description="the base model's method: a rotary method, trained once per seed and reused by every arm",
+    )
+    factor: float = Field(
+        default=2.0, ge=1, le=1024, description="the arms' scaling factor where their params give none"
+    )
+    finetune_steps: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_FINETUNE_STEPS,
+        description="0: the arms at evaluation only; else also each arm fine-tuned for this many steps from the "
+        "base model (and the base model itself, unscaled, as the fine-tune's control)",
+    )
+    finetune_length: int | None = Field(
+        default=None, ge=2, le=65536, description="the fine-tune's sequence length (default factor x train.length)"
+    )
+    finetune_lr: float | None = Field(
+        default=None, gt=0, le=1.0, description="the fine-tune's peak lr (default train.lr)"
+    )
+
+
 class JobSpec(_Strict):
     methods: list[MethodRef] = Field(min_length=1, max_length=MAX_METHODS)
     data: DataSpec = Field(default_factory=lambda: DataSpec(corpus="stdlib"))
@@ -295,6 +371,11 @@ class JobSpec(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     checkpoint: str | None = Field(
         default=None, description="extrapolate only: id of a finished train job whose model to evaluate"
+    )
+    extension: ExtensionSpec | None = Field(
+        default=None,
+        description="benchmark only: a context-extension study; its methods are the arms (rotary scaling rules) "
+        "applied to one base model per seed",
     )
 
 
@@ -427,3 +508,15 @@ class Job(BaseModel):
 class JobList(BaseModel):
     data: list[Job]
     count: int
+
+
+class JobEvent(BaseModel):
+    at: str = Field(description="when, ISO 8601 UTC")
+    event: str = Field(
+        description="what happened: a state transition, or a line the job wrote (a study's base "
+        "model trained or reused)"
+    )
+
+
+class JobEventList(BaseModel):
+    data: list[JobEvent]

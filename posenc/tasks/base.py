@@ -16,6 +16,7 @@ trainer's token half is generic, so a new token family is its module alone.
 
 from __future__ import annotations
 
+import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,8 +26,18 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import BaseModel, ValidationError
 
-from posenc.errors import InvalidInput, Loc
-from posenc.patterns import MIN_LOCAL_SPAN, PATTERNS, LayerSetup, local_span, resolve_layers, unit_overrides
+from posenc.errors import InvalidInput, Loc, located
+from posenc.model_configs import resolve_config
+from posenc.model_presets import PRESETS, UnknownPresetError, get_preset
+from posenc.patterns import (
+    MIN_LOCAL_SPAN,
+    PATTERNS,
+    LayerSetup,
+    config_unit,
+    local_span,
+    resolve_layers,
+    unit_overrides,
+)
 from posenc.pe import MethodParams, MethodSpec, get_method
 from posenc.pe.appliers import Layer, build_applier
 from posenc.schemas.jobs import DataSpec, EvalSpec, JobKind, JobSpec, MethodRef
@@ -140,28 +151,52 @@ class Family(ABC):
 
     def layer_setups(self, ref: MethodRef) -> list[LayerSetup] | None:
         """A patterned entry's setup of every layer of the job's decoder (named patterns' local spans from the
-        training length, ``posenc.patterns.local_span``); None for a plain entry."""
+        training length, ``posenc.patterns.local_span``; a config's layers by ``posenc.patterns.config_unit``);
+        None for a plain entry."""
         if not ref.patterned:
             return None
-        span = local_span(self.train_tokens())
-        return resolve_layers(
-            ref.method, ref.params, unit_overrides(ref.pattern, ref.overrides(), span), self.spec.model.layers
-        )
+        unit = self._unit(ref, ())
+        method = ref.method if ref.method is not None else unit[0]["method"]
+        return resolve_layers(method, ref.params, unit, self.spec.model.layers)
+
+    def layer_unit(self, ref: MethodRef) -> list[dict[str, Any]]:
+        """A patterned entry's unit of per-layer overrides (what tiles over the layers)."""
+        return self._unit(ref, ())
+
+    def _unit(self, ref: MethodRef, loc: Loc) -> list[dict[str, Any]]:
+        """The entry's unit of per-layer overrides: its config's (resolved as ``/v1/models/resolve`` does; an
+        error names the key inside ``config``), its named pattern's or its written-out layers."""
+        if ref.config is None:
+            return unit_overrides(ref.pattern, ref.overrides(), local_span(self.train_tokens()))
+        if isinstance(ref.config, str):
+            try:
+                config = get_preset(ref.config)
+            except UnknownPresetError:
+                close = difflib.get_close_matches(ref.config, list(PRESETS), n=3, cutoff=0.5)
+                hint = f"; did you mean {', '.join(repr(name) for name in close)}?" if close else ""
+                raise InvalidInput(
+                    (*loc, "config"), f"unknown preset {ref.config!r}{hint} GET /v1/models lists them"
+                ) from None
+        else:
+            config = ref.config
+        with located((*loc, "config")):
+            resolved = resolve_config(config)
+        return config_unit(resolved.layers, self.train_tokens())
 
     def validate_method(self, ref: MethodRef, loc: Loc) -> None:
         """A 1D sequence model's check of one method: 1D positions, trainable, its dry run at the longest
-        sequence the job reads (O(1) in that length, ``Applier.dry_run``). A layer pattern's every layer is
-        checked so, on the layer it gets (rotated share, window or chunk)."""
+        sequence the job reads (O(1) in that length, ``Applier.dry_run``). A layer pattern's (or a config's)
+        every layer is checked so, on the layer it gets (rotated share, window or chunk)."""
         if ref.pattern is not None and ref.pattern not in PATTERNS:
             raise InvalidInput((*loc, "pattern"), f"unknown pattern {ref.pattern!r}; one of {sorted(PATTERNS)}")
-        setups = self.layer_setups(ref)
-        if setups is not None:
-            get_method(ref.method)  # the entry's method is a registered one (UnknownMethodError names it)
-            unit = len(ref.layers) if ref.layers is not None else None
-            size = len(unit_overrides(ref.pattern, ref.overrides(), MIN_LOCAL_SPAN))
+        if ref.patterned:
+            if ref.method is not None:
+                get_method(ref.method)  # the entry's method is a registered one (UnknownMethodError names it)
+            overrides = self._unit(ref, loc)
+            size = len(overrides)
             if self.spec.model.layers < size:
                 raise InvalidInput(
-                    (*loc, "pattern" if unit is None else "layers"),
+                    (*loc, ref.unit_field),
                     f"the unit has {size} layers and the model {self.spec.model.layers}: it would never reach its "
                     f"last layers; give model.layers >= {size}",
                 )
@@ -174,11 +209,34 @@ class Family(ABC):
                             f"pattern {ref.pattern!r} sets {sorted(taken)} in its layers; leave it out, or write the "
                             "layers out with 'layers'",
                         )
+            setups = self.layer_setups(ref)
+            assert setups is not None
             for index, setup in enumerate(setups):
-                where = (*loc, "layers", index % unit) if unit is not None else (*loc, "pattern")
+                where = (*loc, "layers", index % size) if ref.layers is not None else (*loc, ref.unit_field)
                 self._validate_layer(setup, where, in_pattern=True)
             return
-        self._validate_layer(LayerSetup(ref.method, dict(ref.params)), loc, in_pattern=False)
+        self._validate_layer(LayerSetup(ref.method_name, dict(ref.params)), loc, in_pattern=False)
+
+    def require_rotary(self, ref: MethodRef, loc: Loc) -> None:
+        """A context-extension study's base model and rules: one rotary method in every layer (no pattern)."""
+        if ref.patterned:
+            raise InvalidInput(
+                (*loc, ref.unit_field),
+                "a context-extension study scales one rotation in every layer; it takes no layer pattern or config",
+            )
+        method = get_method(ref.method_name)
+        model = self.spec.model
+        layer = Layer(num_heads=model.heads, head_dim=model.dim // model.heads, causal=True)
+        try:
+            rotates = build_applier(method, parse_params(method, method.training_params(ref.params), loc), layer)
+        except InvalidInput as exc:
+            raise cannot_run(method, loc, exc) from None
+        if not rotates.rotates:
+            raise InvalidInput(
+                (*loc, "method"),
+                f"{method.name!r} is not rotary: a context-extension study scales a rotation (rope, rope_linear, "
+                "rope_ntk, rope_dynamic_ntk, rope_yarn, rope_llama3, ...)",
+            )
 
     def _validate_layer(self, setup: LayerSetup, loc: Loc, *, in_pattern: bool) -> None:
         """One method on one layer of the decoder: 1D positions, trainable, partial rotation only for rotary

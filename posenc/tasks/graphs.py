@@ -79,10 +79,11 @@ class Graphs(Family):
         dry-run on a path graph of that size, with the virtual graph token as a prefix token."""
         if ref.patterned:
             raise InvalidInput(
-                (*loc, "pattern" if ref.pattern is not None else "layers"),
-                "layer patterns are for the decoders (text, sequence tasks, probes); the graph model has one setup",
+                (*loc, ref.unit_field),
+                "layer patterns and configs are for the decoders (text, sequence tasks, probes); "
+                "the graph model has one setup",
             )
-        method = get_method(ref.method)
+        method = get_method(ref.method_name)
         params = parse_params(method, method.training_params(ref.params), loc)
         if method.axes not in (0, 1) or method.causal_only:
             what = "causal attention only" if method.causal_only else f"{method.axes}D positions"

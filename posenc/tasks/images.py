@@ -102,10 +102,11 @@ class Images(Family):
         resolution is dry-run as the model applies the method, with at most ``MAX_IMAGE_PATCHES`` + 1 tokens."""
         if ref.patterned:
             raise InvalidInput(
-                (*loc, "pattern" if ref.pattern is not None else "layers"),
-                "layer patterns are for the decoders (text, sequence tasks, probes); the ViT has one setup for all",
+                (*loc, ref.unit_field),
+                "layer patterns and configs are for the decoders (text, sequence tasks, probes); "
+                "the ViT has one setup for all",
             )
-        method = get_method(ref.method)
+        method = get_method(ref.method_name)
         params = parse_params(method, method.training_params(ref.params), loc)
         if method.axes not in (1, 2) or "graph" in method.needs:
             what = "graph nodes" if method.axes == 0 or "graph" in method.needs else f"{method.axes}D positions"

@@ -79,7 +79,8 @@ class Trainer(ABC, Generic[F]):
             heads=model.heads,
             ffn_mult=model.ffn_mult,
             pairing=model.pairing,
-            method=ref.method,
+            # a config's entry has no method of its own: the model's is its first layer's
+            method=setups[0].method if ref.method is None and setups else ref.method_name,
             params=dict(ref.params),
             train_length=self.family.train_tokens(),
             layer_setups=None if setups is None else [setup.to_json() for setup in setups],
@@ -165,7 +166,7 @@ class ImageTrainer(Trainer[Images]):
             ffn_mult=model.ffn_mult,
             cls_token=model.cls_token,
             pairing=model.pairing,
-            method=ref.method,
+            method=ref.method_name,
             params=dict(ref.params),
         )
 
@@ -196,7 +197,7 @@ class GraphTrainer(Trainer[Graphs]):
             dim=model.dim,
             heads=model.heads,
             ffn_mult=model.ffn_mult,
-            method=ref.method,
+            method=ref.method_name,
             params=dict(ref.params),
             virtual_token=model.cls_token,
             train_nodes=family.train_size(),

@@ -59,17 +59,20 @@ def plan(spec: JobSpec) -> list[dict[str, Any]]:
     runs: dict[tuple[int | None, int, int], dict[str, Any]] = {}
     for position, part, _ in _parts(spec, Path()):
         family = family_of(part)
-        total = unit_steps(part, family)
         where = {} if position is None else {"task": family.task, "position": position}
         for unit in units(part):
+            total = unit_steps(part, family, unit.index)
             run = {"method": unit.label, "index": unit.index, "seed": unit.seed, "total": total}
             runs.setdefault((position, unit.index, unit.seed), where | run)
     return list(runs.values())
 
 
-def run_spec(spec: JobSpec, position: int | None, index: int, seed: int) -> JobSpec:
-    """The one-run benchmark a run of ``spec`` amounts to (its cost is the run's: ``posenc.jobspec.job_cost``)."""
+def run_spec(spec: JobSpec, position: int | None, index: int, seed: int) -> JobSpec | None:
+    """The one-run benchmark a run of ``spec`` amounts to (its cost is the run's: ``posenc.jobspec.job_cost``);
+    None for a study's arm, whose work depends on whether it trained the base model."""
     part = spec if position is None else suite_specs(spec)[position]
+    if part.extension is not None:
+        return None
     return part.model_copy(update={"methods": [part.methods[index]], "seeds": [seed]})
 
 
@@ -109,8 +112,10 @@ def run_child(
         torch.set_num_threads(threads)
     trainer = trainer_for(family)
     data = trainer.prepare(data_dir, None)
-    progress = JobProgress(hooks=hooks, total=unit_steps(part, family))
-    return run_unit(part, unit, job_dir=work, data=data, trainer=trainer, progress=progress, device=device)
+    progress = JobProgress(hooks=hooks, total=unit_steps(part, family, index))
+    return run_unit(
+        part, unit, job_dir=work, data=data, trainer=trainer, progress=progress, device=device, data_dir=data_dir
+    )
 
 
 def assemble(spec: JobSpec, job_dir: Path, *, device: str) -> dict[str, Any]:

@@ -30,6 +30,10 @@ class JobHooks(Protocol):
     def should_cancel(self) -> bool:
         """Checked every step; True makes the loop raise JobCancelled."""
 
+    def note(self, message: str) -> None:
+        """Something worth a line in the job's events (a context-extension study's base model trained or
+        reused); rare, never per step."""
+
 
 class NoHooks:
     """Hooks for runs outside a job (benches, tests, notebooks): report nothing, never cancel."""
@@ -39,3 +43,6 @@ class NoHooks:
 
     def should_cancel(self) -> bool:
         return False
+
+    def note(self, message: str) -> None:
+        del message

@@ -29,13 +29,17 @@ caller's job.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posenc.errors import InvalidInput
+from posenc.extension import BASE_LABEL, arms, finetune_job_spec
 from posenc.jobspec import validate_spec
 from posenc.pe import get_method
 from posenc.schemas.jobs import JobKind, JobSpec, MethodRef
@@ -44,6 +48,7 @@ from posenc.tasks.base import SPEC
 from posenc.tasks.suites import SUITES, mean_reciprocal_rank, suite_specs
 from posenc.training.families import PreparedData, Trainer, trainer_for
 from posenc.training.files import load_model, read_json, save_model, write_bytes_atomic, write_json_atomic
+from posenc.training.findings import findings
 from posenc.training.hooks import JobCancelled, JobHooks, Progress
 from posenc.training.model import count_parameters
 from posenc.training.report import (
@@ -53,10 +58,17 @@ from posenc.training.report import (
     summarize,
     write_benchmark_artifacts,
 )
-from posenc.training.train import Model, ProgressScope, train
+from posenc.training.train import Model, ProgressScope, build_model, train
 
 LOSS_CURVE_POINTS = 200
 RESULT_NAME = "result.json"
+CONFIG_RULE = (
+    "per layer, as POST /v1/models/resolve gives it: method, θ, scaling factors, rotated share and NoPE layers kept; "
+    "context lengths in the params scaled by train.length / original; windows, chunks and the temperature's floor "
+    "scale = a quarter of train.length; the shortest repeating unit of the source's layers tiled over this model's; "
+    "not carried: the pairing (a permutation of q/k features, nothing for a model trained from scratch), the "
+    "softmax scale, head counts and widths (the job's model)"
+)
 NOT_TAGS = frozenset({"size", "samples", "tokens", "windows", "protocol", "stride"})
 
 
@@ -92,20 +104,32 @@ class Unit:
         return f"{self.label} seed {self.seed}"
 
 
+def entries(spec: JobSpec) -> list[tuple[str, MethodRef]]:
+    """What the runs of a job train, by name: its method entries, or a context-extension study's arms
+    (``posenc.training.extension.arms``: the base model, each rule, fine-tuned or not)."""
+    if spec.extension is not None:
+        return [(arm.label, arm.ref) for arm in arms(spec)]
+    return [(ref.name, ref) for ref in spec.methods]
+
+
 def units(spec: JobSpec) -> list[Unit]:
-    """Every (method, seed) run, methods outermost: labels are method names, ``#index`` for a repeated one."""
-    names = [ref.name for ref in spec.methods]
+    """Every (entry, seed) run, entries outermost: labels are entry names, ``#index`` for a repeated one."""
+    names = [name for name, _ in entries(spec)]
     labels = [name if names.count(name) == 1 else f"{name}#{index}" for index, name in enumerate(names)]
-    return [Unit(index, seed, labels[index]) for index in range(len(spec.methods)) for seed in spec.seeds]
+    return [Unit(index, seed, labels[index]) for index in range(len(names)) for seed in spec.seeds]
 
 
 def run_dir(job_dir: Path, spec: JobSpec, unit: Unit) -> Path:
-    return job_dir / "checkpoints" / f"{unit.index:02d}-{spec.methods[unit.index].name}-seed{unit.seed}"
+    return job_dir / "checkpoints" / f"{unit.index:02d}-{entries(spec)[unit.index][0]}-seed{unit.seed}"
 
 
-def unit_steps(spec: JobSpec, family: Family) -> int:
-    """Progress steps of one benchmark run: its training steps and one per evaluated size."""
-    return spec.train.steps + len(family.eval_sizes())
+def unit_steps(spec: JobSpec, family: Family, index: int = 0) -> int:
+    """Progress steps of one benchmark run: its training steps and one per evaluated size. A study's arm counts
+    the base model's training (done or reused) and its fine-tune."""
+    steps = spec.train.steps + len(family.eval_sizes())
+    if spec.extension is not None and arms(spec)[index].finetune:
+        steps += spec.extension.finetune_steps
+    return steps
 
 
 def in_distribution(family: Family, cells: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -145,6 +169,7 @@ def _train(
     record = {
         "seed": seed,
         "steps": spec.train.steps,
+        "steps_run": outcome.steps_run,
         "final_loss": outcome.final_loss,
         "tokens_per_s": outcome.tokens_per_s,
         "train_seconds": outcome.seconds,
@@ -183,23 +208,29 @@ def run_unit(
     trainer: Trainer[Any],
     progress: JobProgress,
     device: str,
+    data_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate one run of a benchmark (or skip it: its record is kept once done); the record is
     ``{"method", "label", "seed", "cells", "in_distribution", "learned", "final_loss", "tokens_per_s",
-    "train_seconds", "parameters"}``."""
+    "train_seconds", "parameters"}`` (and a study's arm's ``"arm"`` and ``"base"``)."""
     directory = run_dir(job_dir, spec, unit)
     done_file = directory / RESULT_NAME
     if done_file.is_file():
         recorded: dict[str, Any] = read_json(done_file)
-        progress.advance(unit_steps(spec, trainer.family), f"skip {unit.name} (done)")
+        progress.advance(unit_steps(spec, trainer.family, unit.index), f"skip {unit.name} (done)")
         return recorded
+    if spec.extension is not None:
+        result = _run_arm(spec, unit, job_dir, directory, data, trainer, progress, device, data_dir)
+        write_json_atomic(done_file, result)
+        return result
     ref = spec.methods[unit.index]
     model, record = _train(spec, trainer, ref, unit.seed, data, directory, progress, device, unit.name)
     cells = _evaluate(model, data, trainer, trainer.family.eval_sizes(), device, progress, unit.name)
     scores = in_distribution(trainer.family, cells)
     record.pop("losses")
+    record.pop("steps_run")
     result = {
-        "method": ref.method,
+        "method": ref.method_name,
         "label": unit.label,
         **_pattern_fields(trainer.family, ref),
         **record,
@@ -209,6 +240,144 @@ def run_unit(
     }
     write_json_atomic(done_file, result)
     return result
+
+
+# ------------------------------------------------------------------------------------------------ studies
+def base_dir(job_dir: Path, seed: int) -> Path:
+    return job_dir / "checkpoints" / f"base-seed{seed}"
+
+
+@contextmanager
+def base_lock(job_dir: Path, seed: int) -> Iterator[None]:
+    """Held while a seed's base model is trained or loaded: one arm trains it, the others wait and then load it.
+    An ``fcntl`` lock on a file beside it, released by the kernel if its holder dies."""
+    path = base_dir(job_dir, seed).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _study_base(
+    spec: JobSpec,
+    unit: Unit,
+    job_dir: Path,
+    data: PreparedData,
+    trainer: Trainer[Any],
+    progress: JobProgress,
+    device: str,
+) -> tuple[Model, dict[str, Any]]:
+    """The seed's base model of a context-extension study, trained by the first arm that gets here and loaded
+    (its final checkpoint resumed, no step run) by every other; with its record ``base.json``: who trained it,
+    its training, its in-distribution scores."""
+    extension = spec.extension
+    assert extension is not None
+    family = trainer.family
+    directory = base_dir(job_dir, unit.seed)
+    with base_lock(job_dir, unit.seed):
+        model, record = _train(
+            spec, trainer, extension.base, unit.seed, data, directory, progress, device, f"base seed {unit.seed}"
+        )
+        record_file = directory / "base.json"
+        if record["steps_run"] > 0 or not record_file.is_file():
+            cells = _evaluate(model, data, trainer, [family.train_size()], device, None, BASE_LABEL)
+            scores = in_distribution(family, cells)
+            base = {
+                "method": extension.base.method,
+                "params": extension.base.params,
+                "seed": unit.seed,
+                "trained_by": unit.name,
+                "steps": record["steps"],
+                "final_loss": record["final_loss"],
+                "train_seconds": record["train_seconds"],
+                "in_distribution": scores,
+                "learned": family.learned(scores),
+            }
+            write_json_atomic(record_file, base)
+            trained_here = True
+        else:
+            base = read_json(record_file)
+            trained_here = False
+    if trained_here:
+        message = (f"base model seed {unit.seed}: trained by run '{unit.name}' ({record['steps']} steps, "
+                   f"{record['train_seconds']:.0f} s)")  # fmt: skip
+    else:
+        message = f"base model seed {unit.seed}: reused by run '{unit.name}' (trained by run '{base['trained_by']}')"
+    progress.hooks.note(message)
+    progress.advance(0, message)
+    return model, base | {"trained_here": trained_here}
+
+
+def _run_arm(
+    spec: JobSpec,
+    unit: Unit,
+    job_dir: Path,
+    directory: Path,
+    data: PreparedData,
+    trainer: Trainer[Any],
+    progress: JobProgress,
+    device: str,
+    data_dir: Path | None,
+) -> dict[str, Any]:
+    """One arm of a context-extension study (``posenc.training.extension``) on one seed: the base model, with the
+    arm's rule in place of its rotation, fine-tuned if the arm is, then evaluated at every size."""
+    extension = spec.extension
+    assert extension is not None
+    arm = arms(spec)[unit.index]
+    base_model, base = _study_base(spec, unit, job_dir, data, trainer, progress, device)
+    finetune: dict[str, Any] | None = None
+    if arm.finetune:
+        tuned = finetune_job_spec(spec, arm)
+        tuned_trainer = trainer_for(family_of(tuned))
+        tuned_data = tuned_trainer.prepare(data_dir, data.vocab)
+        outcome = train(
+            tuned_trainer.model_config(arm.ref, len(data.vocab)),
+            unit.seed,
+            tuned.train,
+            tuned_data.batches,
+            checkpoint_dir=directory,
+            hooks=progress.hooks,
+            device=device,
+            scope=ProgressScope(offset=progress.done, total=progress.total, stage=f"fine-tune {unit.name}"),
+            initial_state=base_model.state_dict(),
+        )
+        progress.done += tuned.train.steps
+        model = outcome.model
+        finetune = {
+            "steps": tuned.train.steps,
+            "length": tuned.train.length,
+            "lr": tuned.train.lr,
+            "final_loss": outcome.final_loss,
+            "train_seconds": outcome.seconds,
+            "tokens_per_s": outcome.tokens_per_s,
+        }
+    elif arm.is_base:
+        model = base_model
+    else:
+        model = build_model(trainer.model_config(arm.ref, len(data.vocab)), unit.seed)
+        model.load_state_dict(base_model.state_dict())
+        model = model.to(next(base_model.parameters()).device).eval()
+    cells = _evaluate(model, data, trainer, trainer.family.eval_sizes(), device, progress, unit.name)
+    return {
+        "method": arm.ref.method,
+        "label": unit.label,
+        "params": arm.ref.params,
+        "seed": unit.seed,
+        "arm": {"rule": None if arm.is_base else arm.ref.method, "finetune": finetune},
+        "base": base,
+        "final_loss": finetune["final_loss"] if finetune else base["final_loss"],
+        "tokens_per_s": finetune["tokens_per_s"] if finetune else None,
+        "train_seconds": finetune["train_seconds"] if finetune else 0.0,
+        "parameters": count_parameters(model),
+        "cells": cells,
+        "in_distribution": in_distribution(trainer.family, cells),
+        # whether the run learned its training sizes is the base model's: a rule may cost some accuracy at
+        # L_train, which is a finding of the study, not a run that failed to learn
+        "learned": base["learned"],
+    }
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -271,7 +440,7 @@ def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Pa
         )
     artifacts = write_benchmark_artifacts(job_dir, rows, summary, plots, tags)
     not_learned = sorted({row["method"] + f" seed {row['seed']}" for row in rows if row["learned"] is False})
-    return {
+    result = {
         "kind": "benchmark",
         "data": family.describe(),
         "table": rows,
@@ -279,8 +448,40 @@ def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Pa
         "runs": run_summaries(family, records),
         "not_learned": not_learned,
         "training_params": _training_params(spec),
+        "setups": {
+            record["label"]: {key: record[key] for key in ("pattern", "config", "layers") if key in record}
+            for record in records
+            if "layers" in record
+        },
+        **({} if spec.extension is None else {"study": _study_fields(spec, records)}),
         **extra,
         "artifacts": artifacts,
+    }
+    result["findings"] = findings(result, baseline=None if spec.extension is None else BASE_LABEL)
+    return result
+
+
+def _study_fields(spec: JobSpec, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A context-extension study's set-up and its base models (one per seed: who trained it, its training and
+    in-distribution scores)."""
+    extension = spec.extension
+    assert extension is not None
+    bases = {record["seed"]: {k: v for k, v in record["base"].items() if k != "trained_here"} for record in records}
+    tuned = finetune_job_spec(spec, arms(spec)[0]).train
+    return {
+        "kind": "context_extension",
+        "base": extension.base.model_dump(exclude_defaults=True),
+        "baseline": BASE_LABEL,
+        "factor": extension.factor,
+        "train_length": spec.train.length,
+        "finetune": None
+        if not extension.finetune_steps
+        else {"steps": tuned.steps, "length": tuned.length, "lr": tuned.lr, "warmup_steps": tuned.warmup_steps},
+        "base_models": [bases[seed] for seed in sorted(bases)],
+        "base_trained": {
+            str(seed): sum(1 for r in records if r["seed"] == seed and r["base"]["trained_here"])
+            for seed in sorted(bases)
+        },
     }
 
 
@@ -289,27 +490,53 @@ def _pattern_fields(family: Family, ref: MethodRef) -> dict[str, Any]:
     setups = family.layer_setups(ref)
     if setups is None:
         return {}
-    return {"pattern": ref.pattern, "layers": [setup.to_json() for setup in setups]}
+    fields: dict[str, Any] = {"pattern": ref.pattern, "layers": [setup.to_json() for setup in setups]}
+    if ref.config is not None:
+        fields["config"] = {
+            "source": ref.config_name,
+            "preset": isinstance(ref.config, str),
+            "unit": len(family.layer_unit(ref)),
+            "rule": CONFIG_RULE,
+        }
+    return fields
 
 
 def _training_params(spec: JobSpec) -> list[dict[str, Any]]:
     """Per method: the params it was given, the params training used (the registry's training defaults filled
-    in) and the note saying which defaults those are."""
-    entries = []
+    in) and the note saying which defaults those are. A study's: per arm, its rule's params as given and as
+    filled from the study."""
+    if spec.extension is not None:
+        given = {ref.name: ref.params for ref in spec.methods}
+        return [
+            {
+                "label": arm.label,
+                "method": arm.ref.method,
+                "params": arm.ref.params if arm.is_base else given[arm.label.removesuffix("+ft")],
+                "trained_with": arm.ref.params,
+                "finetune": arm.finetune,
+                "note": "the base model's method"
+                if arm.is_base
+                else "the rule's params the arm leaves out are "
+                "the study's: base from the base model, factor, original_max_position_embeddings = train.length",
+            }
+            for arm in arms(spec)
+        ]
+    described = []
     for ref in spec.methods:
         if ref.patterned:
-            entries.append(
+            described.append(
                 {
                     "method": ref.method,
                     "params": ref.params,
                     "pattern": ref.pattern,
+                    **({} if ref.config is None else {"config": ref.config_name}),
                     "trained_with": None,
                     "note": "a layer pattern: every layer's setup is in the result's 'layers'",
                 }
             )
             continue
-        method = get_method(ref.method)
-        entries.append(
+        method = get_method(ref.method_name)
+        described.append(
             {
                 "method": ref.method,
                 "params": ref.params,
@@ -317,7 +544,7 @@ def _training_params(spec: JobSpec) -> list[dict[str, Any]]:
                 "note": method.training_params_note(ref.params),
             }
         )
-    return entries
+    return described
 
 
 def subsample_curve(losses: list[float], points: int = LOSS_CURVE_POINTS) -> list[list[float]]:
@@ -357,6 +584,7 @@ def _run_train(
         }
         save_model(model, metadata, job_dir, stem)
         curves[str(seed)] = record.pop("losses")
+        record.pop("steps_run")
         runs.append(
             {**record, "in_distribution": scores, "learned": family.learned(scores), "model": f"{stem}.safetensors"}
         )
@@ -489,7 +717,16 @@ def _run_suite(spec: JobSpec, job_dir: Path, data_dir: Path | None, hooks: JobHo
         data = trainer.prepare(data_dir, None)
         work = suite_task_work(job_dir, position, task_spec)
         records = [
-            run_unit(task_spec, unit, job_dir=work, data=data, trainer=trainer, progress=progress, device=device)
+            run_unit(
+                task_spec,
+                unit,
+                job_dir=work,
+                data=data,
+                trainer=trainer,
+                progress=progress,
+                device=device,
+                data_dir=data_dir,
+            )
             for unit in units(task_spec)
         ]
         tasks.append(assemble_suite_task(position, task_spec, records, job_dir))
@@ -518,7 +755,7 @@ def total_steps(kind: JobKind, spec: JobSpec, family: Family) -> int:
         return runs * spec.train.steps
     if kind == "extrapolate" and spec.checkpoint is not None:
         return len(family.eval_sizes())
-    return runs * unit_steps(spec, family)
+    return sum(unit_steps(spec, family, unit.index) for unit in units(spec))
 
 
 def run_job(
@@ -555,12 +792,21 @@ def run_job(
             result = _run_train(spec, trainer, job_dir, data, progress, device)
         else:
             records = [
-                run_unit(spec, unit, job_dir=job_dir, data=data, trainer=trainer, progress=progress, device=device)
+                run_unit(
+                    spec,
+                    unit,
+                    job_dir=job_dir,
+                    data=data,
+                    trainer=trainer,
+                    progress=progress,
+                    device=device,
+                    data_dir=data_dir,
+                )
                 for unit in units(spec)
             ]
             if kind == "extrapolate":
                 ref = spec.methods[0]
-                result = _extrapolate_result(family, ref.method, ref.params, records, None)
+                result = _extrapolate_result(family, ref.method_name, ref.params, records, None)
             else:
                 result = assemble_benchmark(spec, records, job_dir)
     result["device"] = device

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,12 @@ def train(
     device: str = "cpu",
     threads: int | None = None,
     scope: ProgressScope | None = None,
+    initial_state: Mapping[str, torch.Tensor] | None = None,
 ) -> TrainOutcome:
-    """Train ``build_model(config, seed)`` for ``spec.steps`` steps, resuming from ``checkpoint_dir``."""
+    """Train ``build_model(config, seed)`` for ``spec.steps`` steps, resuming from ``checkpoint_dir``.
+
+    ``initial_state``: start from these weights (a fine-tune of a trained model; every key of the model, no
+    other) instead of the seed's draw; the data and the global generator still follow ``seed``."""
     if threads is not None:
         torch.set_num_threads(threads)
     hooks = hooks if hooks is not None else NoHooks()
@@ -151,7 +155,10 @@ def train(
     total = scope.total if scope.total is not None else spec.steps
     target = torch.device(device)
 
-    model = build_model(config, seed).to(target)
+    model = build_model(config, seed)
+    if initial_state is not None:
+        model.load_state_dict(initial_state)
+    model = model.to(target)
     optimizer = make_optimizer(model, spec)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, spec.warmup_steps, spec.steps)
@@ -160,7 +167,7 @@ def train(
     torch.manual_seed(seed + GLOBAL_SEED_OFFSET)  # a resumed run restores its saved state below
     losses: list[float] = []
     start_step = 0
-    fingerprint = _fingerprint(config, seed, spec)
+    fingerprint = _fingerprint(config, seed, spec) | {"from_weights": initial_state is not None}
     checkpoint = checkpoint_dir / CHECKPOINT_NAME if checkpoint_dir is not None else None
 
     if checkpoint is not None and checkpoint.is_file():

@@ -42,7 +42,7 @@ from posenc.jobstore import (
     store_from_settings,
 )
 from posenc.schemas.errors import Problem
-from posenc.schemas.jobs import Job, JobCreate, JobKind, JobList, JobSpec, JobStatus
+from posenc.schemas.jobs import Job, JobCreate, JobEvent, JobEventList, JobKind, JobList, JobSpec, JobStatus
 from posenc.settings import Settings
 from posenc.tasks.base import SPEC
 from service.errors import ProblemError
@@ -295,6 +295,27 @@ def get_job(job_id: str, request: Request, response: Response, principal: Princi
     if not is_terminal(job.status):
         response.headers["Retry-After"] = str(_settings(request).job_poll_after_s)
     return job
+
+
+@router.get(
+    "/{job_id}/events",
+    name="events",
+    summary="What happened to a job, in order: state transitions and the lines it wrote",
+    responses={404: _PROBLEM},
+)
+def get_job_events(job_id: str, request: Request, principal: PrincipalDep) -> JobEventList:
+    """Queued, claimed, requeued, finished, ... and what the job itself noted (a context-extension study's runs
+    say whether they trained the base model or reused it). A benchmark that fanned out also lists its runs'
+    notes, each prefixed with the run's job id. Kept as long as the job's record."""
+    store = _store(request)
+    _get_or_404(store, job_id, principal)
+    with _redis_available():
+        raw = store.events(job_id)
+    events = []
+    for line in raw:
+        event, _, at = line.rpartition("|")
+        events.append(JobEvent(at=at, event=event) if event else JobEvent(at="", event=at))
+    return JobEventList(data=events)
 
 
 @router.get("", name="list", summary="Recent jobs, newest first")

@@ -255,3 +255,39 @@ def test_the_sweep_publishes_a_benchmark_whose_runs_ended_when_nobody_else_did(
         assert sum(e.startswith("running attempt") for e in events) == 2, events
         assert sum(e.startswith("woken") for e in events) == (1 if parent == "never-woken" else 2), events
         assert parent not in store.parked_jobs()
+
+
+def test_a_context_extension_study_trains_its_base_model_once_across_workers_and_its_events_say_so(
+    start_gateway: Any, start_worker: Any, jobs: Any
+) -> None:
+    gateway, _ = stack(start_gateway, start_worker, 2)
+    spec = {
+        "methods": [{"method": "rope_ntk"}, {"method": "rope_yarn"}],
+        "extension": {"factor": 2, "finetune_steps": 3},
+        "data": {"task": "probes", "probes": ["passkey"]},
+        "model": {"layers": 1, "dim": 16, "heads": 2},
+        "train": {"length": 48, "steps": 60, "batch_size": 4, "checkpoint_every": 20},
+        "eval": {"lengths": [32, 48, 96], "samples": 3},
+        "seeds": [0],
+        "device": "cpu",
+    }
+    with gateway.client() as client:
+        created = client.post("/v1/jobs", json={"kind": "benchmark", "spec": spec})
+        assert created.status_code == 202, created.text
+        parent = created.json()["id"]
+        done = jobs.wait(client, parent, jobs.is_terminal, timeout=180)
+        assert done["status"] == "succeeded", done
+        assert [child["method"] for child in done["children"]] == [
+            "base", "rope_ntk", "rope_yarn", "base+ft", "rope_ntk+ft", "rope_yarn+ft"
+        ]  # fmt: skip
+        assert done["result"]["study"]["base_trained"] == {"0": 1}
+        assert done["result"]["findings"], done["result"]
+        events = client.get(f"/v1/jobs/{parent}/events")
+        assert events.status_code == 200, events.text
+        lines = [event["event"] for event in events.json()["data"]]
+        trained = [line for line in lines if "base model seed 0: trained by run" in line]
+        reused = [line for line in lines if "base model seed 0: reused by run" in line]
+        assert len(trained) == 1, lines
+        assert len(reused) == 5, lines
+        assert all(event["at"].startswith("20") for event in events.json()["data"])
+        assert client.get("/v1/jobs/no-such-job/events").status_code == 404

@@ -435,6 +435,40 @@ class EvalSpec(BaseModel):
     """
 
 
+class ExtensionSpec(BaseModel):
+    """
+    A context-extension study (benchmark only; text and probes): one base model per seed trained at
+    ``train.length`` and kept, then every entry of ``methods`` (an arm: a rotary scaling rule) applied to it at
+    evaluation only and, with ``finetune_steps``, also after a short fine-tune at ``finetune_length`` with the
+    rule in place. An arm's params that it leaves out are filled from the study: ``base`` from the base model,
+    ``factor`` from ``factor``, ``original_max_position_embeddings`` from ``train.length``.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    base: MethodRef | None = None
+    """
+    the base model's method: a rotary method, trained once per seed and reused by every arm
+    """
+    factor: Annotated[float, Field(ge=1.0, le=1024.0, title="Factor")] = 2.0
+    """
+    the arms' scaling factor where their params give none
+    """
+    finetune_length: Annotated[FinetuneLength | None, Field(title="Finetune Length")] = None
+    """
+    the fine-tune's sequence length (default factor x train.length)
+    """
+    finetune_lr: Annotated[FinetuneLr | None, Field(title="Finetune Lr")] = None
+    """
+    the fine-tune's peak lr (default train.lr)
+    """
+    finetune_steps: Annotated[int, Field(ge=0, le=1000000, title="Finetune Steps")] = 0
+    """
+    0: the arms at evaluation only; else also each arm fine-tuned for this many steps from the base model (and the base model itself, unscaled, as the fine-tune's control)
+    """
+
+
 class FieldError(BaseModel):
     """
     One invalid field: ``loc`` is the path into the request (e.g. ``["body", "params", "factor"]``).
@@ -446,6 +480,20 @@ class FieldError(BaseModel):
     loc: Annotated[list[str | int], Field(title="Loc")]
     msg: Annotated[str, Field(title="Msg")]
     type: Annotated[str, Field(title="Type")]
+
+
+class FinetuneLength(RootModel[int]):
+    root: Annotated[int, Field(ge=2, le=65536, title="Finetune Length")]
+    """
+    the fine-tune's sequence length (default factor x train.length)
+    """
+
+
+class FinetuneLr(RootModel[float]):
+    root: Annotated[float, Field(gt=0.0, le=1.0, title="Finetune Lr")]
+    """
+    the fine-tune's peak lr (default train.lr)
+    """
 
 
 class FrequenciesRequest(BaseModel):
@@ -613,6 +661,27 @@ class JobCreate(BaseModel):
     """
 
 
+class JobEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    at: Annotated[str, Field(title="At")]
+    """
+    when, ISO 8601 UTC
+    """
+    event: Annotated[str, Field(title="Event")]
+    """
+    what happened: a state transition, or a line the job wrote (a study's base model trained or reused)
+    """
+
+
+class JobEventList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    data: Annotated[list[JobEvent], Field(title="Data")]
+
+
 class JobList(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -646,6 +715,10 @@ class JobSpec(BaseModel):
     data: DataSpec | None = None
     device: Annotated[Literal["auto", "cpu", "cuda"], Field(title="Device")] = "auto"
     eval: EvalSpec | None = None
+    extension: ExtensionSpec | None = None
+    """
+    benchmark only: a context-extension study; its methods are the arms (rotary scaling rules) applied to one base model per seed
+    """
     methods: Annotated[list[MethodRef], Field(max_length=32, min_length=1, title="Methods")]
     model: ModelSpec | None = None
     seeds: Annotated[list[Seed] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
@@ -803,6 +876,13 @@ class Method(RootModel[str]):
     """
 
 
+class Method1(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, title="Method")]
+    """
+    the method; with a pattern or layers, the method every layer starts from; none with a config
+    """
+
+
 class MethodInfo(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -877,6 +957,10 @@ class MethodRef(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    config: Annotated[dict[str, Any] | str | None, Field(title="Config")] = None
+    """
+    decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, temperature), its context lengths scaled to train.length and its spans a quarter of it, the shortest repeating unit of its layers tiled over the model's; give no method, params, pattern or layers with it
+    """
     label: Annotated[Label | None, Field(title="Label")] = None
     """
     the entry's name in results (default: the method, or the method and its pattern)
@@ -885,9 +969,9 @@ class MethodRef(BaseModel):
     """
     decoders: a unit of per-layer setups written out, tiled over the model's layers
     """
-    method: Annotated[str, Field(max_length=128, title="Method")]
+    method: Annotated[Method1 | None, Field(title="Method")] = None
     """
-    the method; with a pattern or layers, the method every layer starts from
+    the method; with a pattern or layers, the method every layer starts from; none with a config
     """
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     pattern: Annotated[Pattern | None, Field(title="Pattern")] = None

@@ -183,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--json", action="store_true")
     cancel.set_defaults(run=_jobs_cancel)
 
+    events = job_commands.add_parser("events", help="what happened to a job, one line per event")
+    events.add_argument("job_id")
+    events.add_argument("--json", action="store_true")
+    events.set_defaults(run=_jobs_events)
+
     wait = job_commands.add_parser("wait", help="wait until a job ends")
     wait.add_argument("job_id")
     _wait_options(wait)
@@ -356,6 +361,16 @@ def _jobs_list(client: Client, args: argparse.Namespace) -> int:
 
 def _jobs_cancel(client: Client, args: argparse.Namespace) -> int:
     _show_job(client.jobs.cancel(args.job_id), as_json=args.json)
+    return 0
+
+
+def _jobs_events(client: Client, args: argparse.Namespace) -> int:
+    events = client.jobs.events(args.job_id)
+    if args.json:
+        print(json.dumps([event.model_dump(mode="json") for event in events], indent=1))
+    else:
+        for event in events:
+            print(f"{event.at}  {event.event}")
     return 0
 
 

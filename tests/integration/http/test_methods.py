@@ -99,3 +99,16 @@ def test_lists_the_layer_patterns_and_jobs_take_them_by_name_or_written_out(
     alibi = job({"method": "alibi", "layers": [{}, {"rotary_fraction": 0.5}]})
     refused = wire.problem(client.post("/v1/jobs", json=alibi), 422)
     assert ["body", "spec", "methods", 0, "layers", 1, "rotary_fraction"] in wire.locs(refused)
+    # a real model's config (a preset's name, or the config itself) gives a tiny model its per-layer setup
+    for config in ("gemma-3-4b", "llama-3.1-8b", {"model_type": "llama", "num_hidden_layers": 4,
+                                                   "num_attention_heads": 4, "hidden_size": 256}):  # fmt: skip
+        accepted = client.post("/v1/jobs", json=job({"config": config}))
+        assert accepted.status_code == 202, accepted.text
+    typo = wire.problem(client.post("/v1/jobs", json=job({"config": "gemma-3"})), 422)
+    assert ["body", "spec", "methods", 0, "config"] in wire.locs(typo)
+    assert "gemma-3-4b" in typo["detail"]
+    broken = {"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 256, "rope_theta": -1}
+    bad_key = wire.problem(client.post("/v1/jobs", json=job({"config": broken})), 422)
+    assert ["body", "spec", "methods", 0, "config", "rope_theta"] in wire.locs(bad_key)
+    both = wire.problem(client.post("/v1/jobs", json=job({"config": "gemma-3-4b", "method": "rope"})), 422)
+    assert "give no method" in both["detail"]

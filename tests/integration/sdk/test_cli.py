@@ -107,6 +107,12 @@ def test_jobs_commands(job_stack: str, corpus: Path, tmp_path: Path) -> None:
     waited = run_cli("jobs", "wait", job["id"], "--json", url=job_stack)
     assert json.loads(waited.stdout)["id"] == job["id"]
 
+    events = run_cli("jobs", "events", job["id"], url=job_stack)
+    assert events.returncode == 0, events.stderr
+    assert "queued" in events.stdout.splitlines()[0]
+    as_json = json.loads(run_cli("jobs", "events", job["id"], "--json", url=job_stack).stdout)
+    assert any(event["event"].startswith("succeeded") for event in as_json)
+
     artifact = run_cli("jobs", "artifact", job["id"], "table.csv", "-o", str(tmp_path / "t.csv"), url=job_stack)
     assert artifact.returncode == 0, artifact.stderr
     assert (tmp_path / "t.csv").read_text().startswith("method")

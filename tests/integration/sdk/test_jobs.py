@@ -72,6 +72,11 @@ def test_benchmark_job_sync(job_stack: str, corpus: Path, tmp_path: Path, capsys
         assert job.id in {listed.id for listed in client.jobs.list(status="succeeded")}
         assert job.id not in {listed.id for listed in client.jobs.list(status="failed")}
         assert client.jobs.get(job.id).result == finished.result
+        events = [event.event for event in client.jobs.events(job.id)]
+        assert events[0].startswith("queued"), events
+        assert any(event.startswith("succeeded") for event in events), events
+        assert finished.result is not None
+        assert finished.result["findings"], finished.result  # the generated summary of what the table shows
 
         with pytest.raises(NotFoundError):
             client.jobs.download_artifact(job.id, "no-such-artifact.bin", tmp_path / "x.bin")

@@ -19,6 +19,7 @@ class RecordingHooks:
 
     def __init__(self, cancel_after: int | None = None) -> None:
         self.reports: list[Progress] = []
+        self.notes: list[str] = []
         self.cancel_after = cancel_after
         self.cancel_checks = 0
 
@@ -28,6 +29,9 @@ class RecordingHooks:
     def should_cancel(self) -> bool:
         self.cancel_checks += 1
         return self.cancel_after is not None and len(self.reports) >= self.cancel_after
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
 
 
 @pytest.fixture

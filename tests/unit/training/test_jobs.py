@@ -25,6 +25,7 @@ from posenc.training.jobs import run_job
 class Hooks:
     def __init__(self, cancel_at: int | None = None) -> None:
         self.reports: list[Progress] = []
+        self.notes: list[str] = []
         self.cancel_at = cancel_at
 
     def progress(self, progress: Progress) -> None:
@@ -32,6 +33,9 @@ class Hooks:
 
     def should_cancel(self) -> bool:
         return self.cancel_at is not None and bool(self.reports) and self.reports[-1].step >= self.cancel_at
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
 
 
 def tiny_spec(corpus: Path | None, method_names: list[str], **overrides: Any) -> JobSpec:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from posenc.errors import InvalidInput
+from posenc.errors import FieldErrors, InvalidInput
 from posenc.jobspec import validate_spec
 from posenc.patterns import PATTERNS, local_span
 from posenc.pe import get_method
@@ -227,3 +227,117 @@ def test_image_and_graph_jobs_refuse_patterns() -> None:
     with pytest.raises(InvalidInput) as raised:
         validate_spec("benchmark", spec)
     assert raised.value.loc[-1] == "pattern"
+
+
+# ------------------------------------------------------------------------------------------ from a real config
+TRAIN_TOKENS = 2 * COPY_SIZE + 3
+# each preset's layers as its published config has them (written out here from the config, not from posenc),
+# at this job's scale: context lengths scaled to the training length, spans a quarter of it
+FROM_CONFIG: dict[str, list[tuple[Any, ...]]] = {
+    # Llama 3.1: rope_type llama3, θ 500,000, factor 8 over 8192 tokens: every layer the same
+    "llama-3.1-8b": [("rope_llama3", 500_000.0, 16, None, None, None)],
+    # Gemma 3: 5 sliding layers at rope_local_base_freq 10,000 : 1 global at 1,000,000 with its linear factor 8
+    "gemma-3-4b": [("rope", 10_000.0, 16, SPAN, None, None)] * 5 + [("rope_linear", 1_000_000.0, 16, None, None, None)],
+    # Llama 4 Scout: 3 chunked Llama 3-scaled layers : 1 NoPE layer with the query temperature (attn_scale 0.1)
+    "llama-4-scout-17b-16e": [("rope_llama3", 500_000.0, 16, None, SPAN, None)] * 3
+    + [(*NOPE, 16, None, None, (float(SPAN), 0.1))],
+    # SmolLM3: no_rope_layers every 4th layer, θ 5,000,000
+    "smollm3-3b": [("rope", 5_000_000.0, 16, None, None, None)] * 3 + [(*NOPE, 16, None, None, None)],
+}
+
+
+@pytest.mark.parametrize("preset", sorted(FROM_CONFIG))
+def test_a_config_builds_the_layers_its_model_ships_scaled_to_the_job(preset: str) -> None:
+    unit = FROM_CONFIG[preset]
+    table = layer_table(built(job({"config": preset})))
+    assert table == [unit[index % len(unit)] for index in range(12)]
+
+
+def test_a_config_s_context_lengths_follow_the_training_length_and_its_unit_is_the_shortest_period() -> None:
+    spec = job({"config": "llama-3.1-8b"})
+    family = family_of(spec)
+    (layer,) = family.layer_unit(spec.methods[0])
+    assert layer["params"]["original_max_position_embeddings"] == TRAIN_TOKENS  # 8192 in the config
+    assert layer["params"]["factor"] == 8.0
+    yarn = {
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "hidden_size": 256,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096},
+    }
+    (layer,) = family_of(job({"config": yarn})).layer_unit(job({"config": yarn}).methods[0])
+    assert layer["params"]["original_max_position_embeddings"] == TRAIN_TOKENS
+    assert layer["params"]["factor"] == 32.0  # YaRN's band edges sit at the same fraction of the context
+
+
+def test_a_config_and_the_named_pattern_of_the_same_model_build_the_same_layers() -> None:
+    from_config = layer_table(built(job({"config": "smollm3-3b"})))
+    named = layer_table(built(job({"method": "rope", "params": {"base": 5_000_000.0}, "pattern": "smollm3"})))
+    assert from_config == named
+
+
+def test_a_config_entry_is_named_after_its_source_in_results() -> None:
+    assert job({"config": "gemma-3-4b"}).methods[0].name == "config-gemma-3-4b"
+    assert job({"config": {"model_type": "llama", "num_hidden_layers": 2}}).methods[0].name == "config-llama"
+    assert job({"config": "gemma-3-4b", "label": "g3"}).methods[0].name == "g3"
+
+
+@pytest.mark.parametrize(
+    ("entry", "layers", "loc", "words"),
+    [
+        ({"config": "gemma-3-4"}, 12, ("config",), "did you mean 'gemma-3-4b'"),
+        ({"config": "gemma-3-4b"}, 4, ("config",), "model.layers >= 6"),
+        ({"config": "qwen2.5-vl-7b"}, 2, ("config", "method"), "3D positions"),
+        (
+            {"config": {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64, "rope_theta": 1e-300}},
+            2,
+            ("config", "rope_theta"),
+            "",
+        ),
+    ],
+)
+def test_what_a_config_cannot_give_a_tiny_model_is_refused_naming_the_field(
+    entry: dict[str, Any], layers: int, loc: tuple[Any, ...], words: str
+) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        validate_spec("benchmark", job(entry, layers=layers))
+    assert raised.value.loc == ("body", "spec", "methods", 0, *loc)
+    assert words in raised.value.msg
+
+
+def test_a_config_s_own_errors_name_the_key_inside_it() -> None:
+    bad = {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64, "rope_theta": -1}
+    with pytest.raises(FieldErrors) as raised:
+        validate_spec("benchmark", job({"config": bad}, layers=2))
+    assert raised.value.errors[0]["loc"] == ("body", "spec", "methods", 0, "config", "rope_theta")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"config": "llama-3.1-8b", "method": "rope"},
+        {"config": "llama-3.1-8b", "params": {"base": 1.0}},
+        {"config": "llama-3.1-8b", "pattern": "smollm3"},
+        {},
+    ],
+)
+def test_the_schema_refuses_a_config_with_a_method_of_its_own(entry: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        job(entry)
+
+
+def test_a_benchmark_s_result_names_the_source_config_and_every_layer_it_trained(tmp_path: Any) -> None:
+    from posenc.training.hooks import NoHooks
+    from posenc.training.jobs import run_job
+
+    spec = job({"config": "gemma-3-4b"}, layers=6).model_copy(update={"seeds": [0]})
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"steps": 2})})
+    result = run_job("benchmark", spec, job_dir=tmp_path, artifact_root=tmp_path, hooks=NoHooks())
+    setup = result["setups"]["config-gemma-3-4b"]
+    assert (setup["config"]["source"], setup["config"]["preset"], setup["config"]["unit"]) == ("gemma-3-4b", True, 6)
+    assert [(layer["method"], layer["window"]) for layer in setup["layers"]] == [("rope", SPAN)] * 5 + [
+        ("rope_linear", None)
+    ]
+    assert result["training_params"][0]["config"] == "gemma-3-4b"
+    assert result["findings"]

@@ -8,6 +8,7 @@ A compute job runs one compute request on a worker, past the gateway's output bu
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 import uuid
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from posenc_client._constants import DEFAULT_POLL_INTERVAL_S, IDEMPOTENCY_HEADER
-from posenc_client._models import Job, JobList
+from posenc_client._models import Job, JobEvent, JobEventList, JobList
 from posenc_client._retry import parse_retry_after
 from posenc_client._transport import HTTPRequest, HTTPResponse
 from posenc_client._waiting import JobWatcher, ProgressCallback
@@ -70,6 +71,14 @@ def _cancel_request(job_id: str) -> HTTPRequest:
     return HTTPRequest(method="POST", path=_job_path(job_id, "cancel"), headers=JSON_ACCEPT)
 
 
+def _events_request(job_id: str) -> HTTPRequest:
+    return HTTPRequest(method="GET", path=_job_path(job_id, "events"), headers=JSON_ACCEPT)
+
+
+def _events(response: HTTPResponse) -> list[JobEvent]:
+    return JobEventList.model_validate_json(response.content).data
+
+
 def _artifact_request(job_id: str, name: str) -> HTTPRequest:
     if not name:
         raise ValueError("an artifact name is required")
@@ -101,6 +110,11 @@ class Jobs(SyncResource):
     def cancel(self, job_id: str) -> Job:
         """Ask the job to stop (cooperative: a running job stops within a step or so)."""
         return _job(self._client._request(_cancel_request(job_id)))
+
+    def events(self, job_id: str) -> builtins.list[JobEvent]:
+        """What happened to the job, in order: its state transitions and the lines it wrote (a context-extension
+        study's runs say whether they trained its base model or reused it)."""
+        return _events(self._client._request(_events_request(job_id)))
 
     def download_artifact(self, job_id: str, name: str, path: str | Path) -> Path:
         """Stream artifact ``name`` to ``path`` (a file, or a directory to put it in); returns the file."""
@@ -180,6 +194,9 @@ class AsyncJobs(AsyncResource):
 
     async def cancel(self, job_id: str) -> Job:
         return _job(await self._client._request(_cancel_request(job_id)))
+
+    async def events(self, job_id: str) -> builtins.list[JobEvent]:
+        return _events(await self._client._request(_events_request(job_id)))
 
     async def download_artifact(self, job_id: str, name: str, path: str | Path) -> Path:
         target = _artifact_target(path, name)
