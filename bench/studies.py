@@ -7,11 +7,11 @@ the job's generated summary.
 
     patterns        RoPE everywhere, NoPE everywhere, 3:1 RoPE/NoPE (SmolLM3's pattern), local RoPE + global
                     NoPE (Cohere Command A's: 3 sliding-window RoPE layers, window L/4, : 1 global NoPE layer)
-                    and partial rotary 0.25, on a 4-layer d=64 model: the passkey probe with its common-words
-                    control at 64 tokens (2,000 steps), and repeat-single-char copy at size 8 (600 steps)
-    extension       one RoPE base model trained at 64 tokens on the probes (once per seed), then PI, NTK,
-                    dynamic NTK, YaRN and Llama 3 (factor 2) applied at evaluation only and after a 150-step
-                    fine-tune at 128 tokens; effective length per arm
+                    and partial rotary 0.25, on a 4-layer d=64 model: the passkey probe at 48 tokens
+                    (2,000 steps), and repeat-single-char copy at size 8 (600 steps)
+    extension       one RoPE base model (2 layers, d=64) trained at 48 tokens on the probes (3,000 steps, once per
+                    seed), then PI, NTK, dynamic NTK, YaRN and Llama 3 (factor 2) applied at evaluation only and
+                    after a 150-step fine-tune at 96 tokens; effective length per arm
     extension_text  the same on the offline text corpus: perplexity by length
     from_config     tiny models with the per-layer positional setup of two presets (Llama 3.1 8B, Gemma 3 4B)
                     on the passkey probe
@@ -34,10 +34,10 @@ from evaluation_tables import print_benchmark
 from posenc_client import Client
 
 PROBE_SETUP: dict[str, Any] = {
-    "data": {"task": "probes", "probes": ["passkey", "common_words"]},
+    "data": {"task": "probes", "probes": ["passkey"]},
     "model": {"layers": 4, "dim": 64, "heads": 4},
-    "train": {"length": 64, "steps": 2000, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "checkpoint_every": 500},
-    "eval": {"lengths": [48, 64, 96, 128, 192, 256], "samples": 30},
+    "train": {"length": 48, "steps": 2000, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "checkpoint_every": 500},
+    "eval": {"lengths": [32, 48, 72, 96, 144, 192], "samples": 30},
 }
 COPY_SETUP: dict[str, Any] = {
     "data": {"task": "copy_single", "size": 8},
@@ -97,6 +97,21 @@ STUDIES: dict[str, list[dict[str, Any]]] = {
 }
 
 
+def describe(layer: dict[str, Any]) -> str:
+    """One layer's setup in a few words: method, θ, rotated share, span, temperature."""
+    words = [layer["method"]]
+    if layer["params"].get("base") is not None:
+        words.append(f"θ={layer['params']['base']:g}")
+    if layer.get("rotary_fraction", 1.0) < 1.0:
+        words.append(f"rotates {layer['rotary_fraction']:g}")
+    for span in ("window", "chunk"):
+        if layer.get(span):
+            words.append(f"{span} {layer[span]}")
+    if layer.get("temperature"):
+        words.append(f"temperature {layer['temperature']}")
+    return " ".join(words)
+
+
 def run_study(client: Client, name: str, seeds: list[int], out: Path | None) -> None:
     for position, template in enumerate(STUDIES[name]):
         spec = dict(template) | {"seeds": seeds}
@@ -127,16 +142,8 @@ def run_study(client: Client, name: str, seeds: list[int], out: Path | None) -> 
             print(f"   events: {len(events)} base-model lines, {sum(': trained by' in e for e in events)} 'trained by'")
         for label, setup in job.result.get("setups", {}).items():
             source = setup.get("config") or {}
-            layers = [
-                f"{layer['method']}{layer['params'] or ''}"
-                + (f" window {layer['window']}" if layer["window"] else "")
-                + (f" chunk {layer['chunk']}" if layer["chunk"] else "")
-                for layer in setup["layers"]
-            ]
-            print(
-                f"   {label}: source {source.get('source', setup.get('pattern'))}, unit of {source.get('unit')} "
-                f"layers; layers as trained: {layers}"
-            )
+            where = f"config {source['source']} (a unit of {source['unit']} layers)" if source else setup.get("pattern")
+            print(f"   {label}: {where}; layers as trained: {[describe(layer) for layer in setup['layers']]}")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{name}-{position}.json").write_text(job.model_dump_json(indent=1))

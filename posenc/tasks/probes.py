@@ -66,6 +66,9 @@ never dropped silently. S(L) is the mean of a_t(L) / b_t over the learned probes
 (common_words: its score is reported beside, in ``control``, not counted); L_eff is the largest evaluated L with
 S(L') >= 0.85 for every evaluated L' <= L, so one lucky long length cannot count; None when S fails at the
 shortest length or no probe is learned. Headline: L_eff / L, the median over seeds with the minimum beside it.
+In a context-extension study every arm is rated against the base model's b_t of its seed (the base model's own
+numbers are the baseline): a rule that breaks the model even at the training length scores 0, it is not "not
+learned".
 
 Sources: RULER (Hsieh et al. 2024, arXiv 2404.06654; NVIDIA/RULER); NoLiMa (Modarressi et al. 2025, arXiv
 2502.05167; adobe-research/NoLiMa).
@@ -85,6 +88,7 @@ from typing import Any
 import torch
 
 from posenc.errors import InvalidInput
+from posenc.extension import BASE_LABEL
 from posenc.schemas.jobs import JobKind
 from posenc.tasks.base import SPEC, SPECIAL_TOKENS, Instance, TokenTask, index_of, scaled_sizes, uniform
 
@@ -474,7 +478,9 @@ class Probes(TokenTask):
         return None
 
     def extra_results(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return effective_length(rows, self.train_size(), self.metric)
+        # a context-extension study's arms are rated against the base model's own short-length scores
+        baseline = BASE_LABEL if self.spec.extension is not None else None
+        return effective_length(rows, self.train_size(), self.metric, baseline=baseline)
 
 
 # ------------------------------------------------------------------------------------------ effective length
@@ -491,13 +497,23 @@ def _spread(seed_means: Sequence[float]) -> dict[str, float | int]:
     }
 
 
-def _run_length(scores: Mapping[str, Mapping[int, list[float]]], train_length: int) -> dict[str, Any]:
-    """One run's effective length from its scores per probe and length (values over depths)."""
+def _base_scores(scores: Mapping[str, Mapping[int, list[float]]]) -> dict[str, float]:
+    """b_t of every probe of one run: its mean score at the two shortest lengths evaluated."""
+    sizes = sorted({size for by_size in scores.values() for size in by_size})
+    by_length = {probe: {size: _mean(values) for size, values in by_size.items()} for probe, by_size in scores.items()}
+    return {probe: _mean([a[size] for size in sizes[:2] if size in a]) for probe, a in by_length.items()
+            if any(size in a for size in sizes[:2])}  # fmt: skip
+
+
+def _run_length(
+    scores: Mapping[str, Mapping[int, list[float]]], train_length: int, reference: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """One run's effective length from its scores per probe and length (values over depths); ``reference``: the
+    b_t to divide by and to decide which probes count (a study's base model's), instead of the run's own."""
     sizes = sorted({size for by_size in scores.values() for size in by_size})
     by_length = {probe: {size: _mean(values) for size, values in sorted(by_size.items())}
                  for probe, by_size in scores.items()}  # fmt: skip
-    base = {probe: _mean([a[size] for size in sizes[:2] if size in a]) for probe, a in by_length.items()
-            if any(size in a for size in sizes[:2])}  # fmt: skip
+    base = dict(reference) if reference is not None else _base_scores(scores)
     learned = [probe for probe in by_length if probe != CONTROL and base.get(probe, 0.0) >= BASE_LEARNED]
     not_learned = [probe for probe in by_length if base.get(probe, 0.0) < BASE_LEARNED]
     relative: dict[int, float | None] = {}
@@ -518,14 +534,21 @@ def _run_length(scores: Mapping[str, Mapping[int, list[float]]], train_length: i
         "not_learned_probes": not_learned,
         "score_by_length": {str(size): value for size, value in relative.items()},
         "base": base,
+        "base_from": "own" if reference is None else "baseline",
         "probe_scores": {probe: {str(size): value for size, value in a.items()} for probe, a in by_length.items()},
     }
 
 
-def effective_length(rows: Sequence[Mapping[str, Any]], train_length: int, metric: str = "score") -> dict[str, Any]:
+def effective_length(
+    rows: Sequence[Mapping[str, Any]], train_length: int, metric: str = "score", *, baseline: str | None = None
+) -> dict[str, Any]:
     """The effective length of every (method, seed) run, the leaderboard of L_eff / L per method and the
     control probe's score by length, from a benchmark's long-format rows (columns method, seed, size, probe,
-    depth, metric, value); pure Python. See the module docstring for the rule."""
+    depth, metric, value); pure Python. See the module docstring for the rule.
+
+    ``baseline`` (a context-extension study's base model): every run of a seed is rated against that method's
+    b_t of the same seed, so a probe counts where the base model learned it, and an arm that loses it even at the
+    shortest lengths scores 0 (below the grid) instead of being read as not having learned it."""
     runs: dict[tuple[str, int], dict[str, dict[int, list[float]]]] = {}
     control: dict[str, dict[int, dict[int, list[float]]]] = {}  # method -> size -> seed -> values
     for row in rows:
@@ -535,7 +558,8 @@ def effective_length(rows: Sequence[Mapping[str, Any]], train_length: int, metri
         runs.setdefault((method, seed), defaultdict(lambda: defaultdict(list)))[row["probe"]][size].append(value)
         if row["probe"] == CONTROL:
             control.setdefault(method, defaultdict(lambda: defaultdict(list)))[size][seed].append(value)
-    entries = [{"method": method, "seed": seed, **_run_length(scores, train_length)}
+    references = {seed: _base_scores(scores) for (method, seed), scores in runs.items() if method == baseline}
+    entries = [{"method": method, "seed": seed, **_run_length(scores, train_length, references.get(seed))}
                for (method, seed), scores in runs.items()]  # fmt: skip
     leaderboard = []
     for method in dict.fromkeys(entry["method"] for entry in entries):

@@ -487,3 +487,27 @@ def test_a_small_benchmark_end_to_end(tmp_path: Path) -> None:
     assert all(0.0 <= row["value"] <= 1.0 for row in table)
     assert result["control"]["by_method"].keys() == {"alibi", "rope"}
     assert result["data"]["family"] == "probes"
+
+
+def test_a_study_rates_its_arms_against_the_base_model_s_own_short_length_scores() -> None:
+    rows = [
+        *rows_of("base", 0, {"passkey": flat(1.0, s128=0.5, s256=0.1, s512=0.0)}),
+        # a rule that breaks the model at every length: on its own b_t it would be "not learned"
+        *rows_of("broken", 0, {"passkey": flat(0.1)}),
+        # a rule that costs a little at short lengths and holds longer
+        *rows_of("helps", 0, {"passkey": flat(0.9, s256=0.9, s512=0.3)}),
+    ]
+    alone = {run["method"]: run for run in effective_length(rows, 64)["effective_length"]}
+    assert alone["broken"]["not_learned_probes"] == ["passkey"]
+    assert alone["broken"]["ratio"] is None
+    study = effective_length(rows, 64, baseline="base")
+    runs = {run["method"]: run for run in study["effective_length"]}
+    assert runs["broken"]["learned_probes"] == ["passkey"]
+    assert runs["broken"]["l_eff"] is None
+    assert runs["broken"]["base_from"] == "baseline"
+    assert runs["helps"]["base"] == runs["base"]["base"] == {"passkey": pytest.approx(1.0)}
+    assert runs["helps"]["l_eff"] == 256  # 0.9 / 1.0 >= 0.85 up to 256
+    board = {entry["method"]: entry for entry in study["leaderboard"]}
+    assert board["broken"]["per_seed"] == [0.0]  # rated, below the grid, not "unrated"
+    assert board["broken"]["unrated_seeds"] == []
+    assert [entry["method"] for entry in study["leaderboard"]] == ["helps", "base", "broken"]
