@@ -25,8 +25,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/posenc serve
 
+# The suite's files run in parallel (pytest-xdist, one file per process at a time): most integration tests wait on
+# worker processes and HTTP, so two processes on 2 cores take about a third of the serial time.
+TEST_PROCESSES ?= auto
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_PROCESSES) --maxprocesses=4 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -199,6 +199,12 @@ def _rotary_dims(text: TextFields, head_dim: int, rope: RopeFields) -> tuple[int
     """(rotary_dim, start of the rotated slice, warnings) from the partial-rotation keys."""
     warnings: list[ConfigWarning] = []
     if text.qk_rope_head_dim is not None:
+        if text.qk_rope_head_dim < 2 or text.qk_rope_head_dim % 2:
+            raise InvalidInput(
+                ("qk_rope_head_dim",),
+                f"is {text.qk_rope_head_dim}: the rotated part of an MLA head turns features in pairs, so it is an "
+                "even number of at least 2",
+            )
         return text.qk_rope_head_dim, text.qk_nope_head_dim or 0, warnings
     spellings: dict[str, int] = {}
     top, inner = text.partial_rotary_factor, rope.partial_rotary_factor

@@ -437,3 +437,17 @@ def test_llama4_query_temperature_is_what_its_attention_does_to_q(monkeypatch: p
     queries = x.view(1, 10, 2, 8).transpose(1, 2)  # (B, H, N, d)
     # transformers forms τ in float32 (positions.float()): equal to float32 rounding
     torch.testing.assert_close(captured["q"], queries * expected[None, None, :, None], rtol=1.2e-7, atol=0)
+
+
+@pytest.mark.parametrize("rope_dim", [63, 1025, 1])
+def test_an_mla_rotated_part_that_cannot_be_turned_in_pairs_is_refused_naming_its_key(rope_dim: int) -> None:
+    """Found by the config fuzzer: an odd qk_rope_head_dim reached YaRN's ramp (d/2 pairs against ceil(d/2)
+    frequencies) and the gateway answered 500."""
+    config = {**PRESETS["deepseek-v3"], "qk_rope_head_dim": rope_dim}
+    with pytest.raises(InvalidInput) as raised:
+        resolve_config(config)
+    assert raised.value.loc == ("qk_rope_head_dim",)
+    nested = {"model_type": "", "text_config": config}
+    with pytest.raises(InvalidInput) as raised:
+        resolve_config(nested)
+    assert raised.value.loc == ("text_config", "qk_rope_head_dim")
