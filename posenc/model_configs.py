@@ -43,48 +43,23 @@ from posenc.config_fields import (
     read,
 )
 from posenc.errors import InvalidInput, Loc, located
-from posenc.pe import RotaryContext, RotaryFrequencies, get_method
+from posenc.pe import RotaryContext, RotaryFrequencies, get_method, list_methods
 
 DEFAULT_THETA = 10000.0  # what Hugging Face and vLLM assume when a config names no rope_theta
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
 
 # rope_type (every spelling read) -> the registered method
-ROPE_TYPE_METHODS = {
-    "default": "rope",
-    "mrope": "rope",  # Qwen2-VL's v4 spelling; with mrope_section it resolves to the method mrope
-    "linear": "rope_linear",
-    "dynamic": "rope_dynamic_ntk",
-    "yarn": "rope_yarn",
-    "deepseek_yarn": "rope_yarn",
-    "longrope": "rope_longrope",
-    "su": "rope_longrope",
-    "llama3": "rope_llama3",
+# Hugging Face rope_type spellings -> the method (each method's ``config_spellings`` in the registry)
+ROPE_TYPE_METHODS: dict[str, str] = {
+    spelling: spec.name for spec in list_methods() for spelling in spec.config_spellings
 }
-# the keys of a rope dict each method takes, in the method's own names
-METHOD_KEYS: dict[str, tuple[str, ...]] = {
-    "rope": (),
-    "mrope": (),
-    "rope_linear": ("factor",),
-    "rope_dynamic_ntk": ("factor", "original_max_position_embeddings"),
-    "rope_yarn": (
-        "factor",
-        "original_max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "attention_factor",
-        "mscale",
-        "mscale_all_dim",
-        "truncate",
-    ),
-    "rope_longrope": (
-        "short_factor",
-        "long_factor",
-        "original_max_position_embeddings",
-        "max_position_embeddings",
-        "attention_factor",
-    ),
-    "rope_llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-}
+
+
+def method_keys(method: str) -> tuple[str, ...]:
+    """The keys of a config's rope dict that ``method`` reads, in its own param names (its ``config_keys``)."""
+    return get_method(method).config_keys
+
+
 # model types whose rotary pairs are interleaved unless the config says rope_interleave: false (Llama 4 rotates
 # complex numbers made of adjacent features; DeepSeek's rope_interleave defaults to true)
 INTERLEAVED_MODEL_TYPES = frozenset({"llama4", "llama4_text", "deepseek_v2", "deepseek_v3"})
@@ -342,7 +317,7 @@ def _method_params(block: _Block, text: TextFields) -> _Method:
     params: dict[str, Any] = {"base": theta}
     origins: dict[str, Loc] = {"base": theta_loc}
     max_positions = text.max_position_embeddings
-    for key in METHOD_KEYS[method]:
+    for key in method_keys(method):
         value, origin = rope.given(key), (*loc, key)
         if key == "original_max_position_embeddings":
             # Phi-3 keeps it at the top level, and it wins there (as in transformers); else the model's length
@@ -550,7 +525,9 @@ def _pattern_warnings(
                 },
             )
         )
-    dynamic = [layer.layer for layer in layers if layer.method in ("rope_dynamic_ntk", "rope_longrope")]
+    dynamic = [
+        layer.layer for layer in layers if layer.method is not None and get_method(layer.method).length_dependent
+    ]
     if dynamic:
         first = layers[dynamic[0]]
         warnings.append(

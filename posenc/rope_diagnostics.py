@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from pydantic import ValidationError
@@ -40,9 +40,8 @@ from posenc.model_configs import LayerRope
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, RotaryApplier, rotary_applier
 from posenc.pe.kinds import rotary_angles
-from posenc.pe.ops import Pairing, half_to_interleaved_permutation, rope_inv_freq
+from posenc.pe.ops import Pairing, half_to_interleaved_permutation
 from posenc.pe.registry import UnknownMethodError
-from posenc.pe.rope_scaling import RopeLlama3Params, RopeYarnParams, yarn_correction_range
 from posenc.pe.types import RotaryFrequencies, RotaryGenerators
 from posenc.schemas.compute import MAX_ROTARY_POSITION
 
@@ -226,65 +225,22 @@ class FrequencyReport:
         }
 
 
-def _yarn_bands(params: RopeYarnParams, dim: int) -> list[tuple[Band, float]]:
-    """YaRN's ramp per pair, as ``rope_yarn`` computes it: (low, high) = the correction range from β_fast and
-    β_slow over L (floored / ceiled when truncating, a zero width widened by 0.001), ramp_k = clamp((k − low) /
-    (high − low), 0, 1); 0 is 'extrapolated' (ω_k kept), 1 'interpolated' (ω_k/s), in between 'ramp'."""
-    low, high = yarn_correction_range(
-        dim,
-        params.base,
-        params.original_max_position_embeddings,
-        params.beta_fast,
-        params.beta_slow,
-        truncate=params.truncate,
-    )
-    if low == high:
-        high += 0.001
-    pair_index = torch.arange(dim // 2, dtype=torch.float64)  # (d/2,)
-    ramp = ((pair_index - low) / (high - low)).clamp(0.0, 1.0)  # (d/2,)
-    bands: list[tuple[Band, float]] = []
-    for weight in ramp.tolist():
-        band: Band = "extrapolated" if weight == 0.0 else "interpolated" if weight == 1.0 else "ramp"
-        bands.append((band, weight))
-    return bands
-
-
-def _llama3_bands(params: RopeLlama3Params, original_inv_freq: torch.Tensor) -> list[tuple[Band, float]]:
-    """Llama 3's band per pair, as ``rope_llama3`` decides it from the unscaled wavelength λ_k = 2π/ω_k:
-    'high' when λ_k < L/high (kept, weight 0), 'low' when λ_k > L/low (ω_k/factor, weight 1), else 'smooth'
-    with weight 1 − sm, sm = (L/λ_k − low)/(high − low); with high == low that middle is scaled ('low')."""
-    length = params.original_max_position_embeddings
-    width = params.high_freq_factor - params.low_freq_factor
-    bands: list[tuple[Band, float]] = []
-    for wavelength in (2 * math.pi / original_inv_freq).tolist():
-        if wavelength < length / params.high_freq_factor:
-            bands.append(("high", 0.0))
-        elif wavelength > length / params.low_freq_factor or width <= 0:
-            bands.append(("low", 1.0))
-        else:
-            bands.append(("smooth", 1.0 - (length / wavelength - params.low_freq_factor) / width))
-    return bands
-
-
 def frequencies(setup: RotarySetup, train_length: int) -> FrequencyReport:
     """Per pair k of ``setup`` at a sequence of ``train_length`` (dynamic scalings read the length):
 
         ω_k (inv_freq),  λ_k = 2π/ω_k,  r_k = train_length·ω_k/(2π),  wraps = r_k >= 1,
 
-    plus YaRN's band (``_yarn_bands``) for rope_yarn, Llama 3's (``_llama3_bands``) for rope_llama3, and the
-    axis of each pair for multi-axis methods. Errors at ("setup", …) and ("train_length",).
+    plus the band of each pair for the methods that register bands (YaRN's ramp, Llama 3's wavelength bands: the
+    registry's ``bands``, computed as the method computes them), and the axis of each pair for multi-axis
+    methods. Errors at ("setup", …) and ("train_length",).
     """
     length = _positive_int(train_length, ("train_length",), maximum=MAX_ROTARY_POSITION)
     with _as_argument("setup"):
         applier = _applier(setup)
         freqs = _pair_frequencies(applier, length)
     inv_freq = freqs.inv_freq.to(torch.float64)  # (d/2,)
-    bands: list[tuple[Band, float]] | None = None
-    if isinstance(applier.params, RopeYarnParams):
-        bands = _yarn_bands(applier.params, setup.rotary_dim)
-    elif isinstance(applier.params, RopeLlama3Params):
-        original = rope_inv_freq(applier.params.base, setup.rotary_dim, dtype=torch.float64)  # (d/2,) unscaled
-        bands = _llama3_bands(applier.params, original)
+    banding = get_method(setup.method).bands
+    bands = None if banding is None else banding(applier.params, setup.rotary_dim)
     axes = freqs.pair_axis.tolist() if freqs.pair_axis is not None else None
     pairs: list[PairFrequency] = []
     for k, omega in enumerate(inv_freq.tolist()):
@@ -296,7 +252,7 @@ def frequencies(setup: RotarySetup, train_length: int) -> FrequencyReport:
                 wavelength=2 * math.pi / omega if omega > 0 else math.inf,
                 rotations=rotations,
                 wraps=rotations >= 1.0,
-                band=bands[k][0] if bands is not None else None,
+                band=cast(Band, bands[k][0]) if bands is not None else None,
                 interpolation=bands[k][1] if bands is not None else None,
                 axis=int(axes[k]) if axes is not None else None,
             )

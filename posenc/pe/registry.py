@@ -86,6 +86,17 @@ class MethodSpec:
     # ``training_defaults``.
     training_defaults: dict[str, Any] = field(default_factory=dict)
     training_note: str = ""
+    # Real models' configs (posenc.model_configs): the rope_type spellings (Hugging Face's "yarn",
+    # "deepseek_yarn", ...) that name this method, and the keys of a config's rope dict it reads, each one of its
+    # own params. The config resolver derives its tables from these; no other table of spellings exists.
+    config_spellings: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    # Rotary methods whose frequencies change with the sequence length (a KV cache filled before the length grew
+    # holds keys rotated with other frequencies): what the config doctor warns about.
+    length_dependent: bool = False
+    # Rotary methods that treat pairs by band: (params, rotary_dim) -> per pair (band name, interpolation weight
+    # w_k: 0 keeps ω_k, 1 divides it by the factor), as the method itself decides them (/v1/rope/frequencies).
+    bands: Callable[..., list[tuple[str, float]]] | None = None
 
     def training_params(self, raw_params: dict[str, Any] | None) -> dict[str, Any]:
         """The raw params a training model builds this method with: the job's own, plus ``training_defaults`` for
@@ -144,6 +155,8 @@ def _method_info(self: MethodSpec) -> MethodInfo:
         needs=sorted(self.needs),
         causal_only=self.causal_only,
         model_coupled=self.state_init is not None,
+        config_spellings=list(self.config_spellings),
+        config_keys=list(self.config_keys),
         params_schema=self.params_model.model_json_schema(),
         conventions=dict(self.conventions),
     )
@@ -177,6 +190,10 @@ def register(
     prefix_bias: Callable[..., Any] | None = None,
     training_defaults: dict[str, Any] | None = None,
     training_note: str = "",
+    config_spellings: tuple[str, ...] = (),
+    config_keys: tuple[str, ...] = (),
+    length_dependent: bool = False,
+    bands: Callable[..., list[tuple[str, float]]] | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn`` under ``name``; a second registration of the same name is an error.
 
@@ -192,6 +209,15 @@ def register(
             raise ValueError(f"{name}: a model-coupled method registers both state_init and state_ffn")
         if toeplitz and kind is not Kind.BIAS:
             raise ValueError(f"{name}: only bias methods can be Toeplitz")
+        unknown_keys = set(config_keys) - set(params.model_fields)
+        if unknown_keys:
+            raise ValueError(f"{name}: config_keys {sorted(unknown_keys)} are not params of the method")
+        taken = {spelling: spec.name for spec in _REGISTRY.values() for spelling in spec.config_spellings}
+        if set(config_spellings) & set(taken):
+            clash = sorted(set(config_spellings) & set(taken))[0]
+            raise ValueError(f"{name}: config spelling {clash!r} already names {taken[clash]!r}")
+        if (length_dependent or bands is not None) and kind is not Kind.ROTARY:
+            raise ValueError(f"{name}: length_dependent and bands describe rotary frequencies")
         if not (inspect.getdoc(fn) or "").strip():
             raise ValueError(f"{name}: a registered method needs a docstring with its formula and paper")
         stated = dict(conventions or {})
@@ -228,6 +254,10 @@ def register(
             prefix_bias=prefix_bias,
             training_defaults=dict(training_defaults or {}),
             training_note=training_note,
+            config_spellings=tuple(config_spellings),
+            config_keys=tuple(config_keys),
+            length_dependent=length_dependent,
+            bands=bands,
         )
         return fn
 

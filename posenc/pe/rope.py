@@ -27,6 +27,8 @@ class RopeParams(MethodParams):
 @register(
     "rope",
     kind=Kind.ROTARY,
+    # "mrope" is Qwen2-VL's v4 spelling: with an mrope_section the resolver turns it into the method mrope
+    config_spellings=("default", "mrope"),
     params=RopeParams,
     paper="Su et al. RoFormer: Enhanced Transformer with Rotary Position Embedding (2021). "
     "https://arxiv.org/abs/2104.09864",

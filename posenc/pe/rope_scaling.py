@@ -56,6 +56,8 @@ class RopeLinearParams(MethodParams):
 @register(
     "rope_linear",
     kind=Kind.ROTARY,
+    config_spellings=("linear",),
+    config_keys=("factor",),
     params=RopeLinearParams,
     paper="Chen, Wong, Chen, Tian. Extending Context Window of Large Language Models via Positional "
     "Interpolation (2023). https://arxiv.org/abs/2306.15595",
@@ -110,6 +112,9 @@ class RopeDynamicNtkParams(MethodParams):
 @register(
     "rope_dynamic_ntk",
     kind=Kind.ROTARY,
+    config_spellings=("dynamic",),
+    length_dependent=True,
+    config_keys=("factor", "original_max_position_embeddings"),
     params=RopeDynamicNtkParams,
     paper="emozilla. Dynamically Scaled RoPE (r/LocalLLaMA post, 2023; HF rope_type='dynamic'); "
     "formalised in " + YARN_PAPER,
@@ -188,9 +193,46 @@ class RopeYarnParams(MethodParams):
         return self
 
 
+def yarn_ramp(params: RopeYarnParams, dim: int) -> torch.Tensor:
+    """ramp_k = clamp((k − low)/(high − low), 0, 1) per pair k over YaRN's correction range (a zero width widened by
+    0.001, the reference's guard): 0 keeps ω_k, 1 divides it by the factor. (d/2,) float64."""
+    low, high = yarn_correction_range(
+        dim,
+        params.base,
+        params.original_max_position_embeddings,
+        params.beta_fast,
+        params.beta_slow,
+        truncate=params.truncate,
+    )
+    if low == high:
+        high += 0.001
+    pair_index = torch.arange(dim // 2, dtype=torch.float64)  # (d/2,)
+    return ((pair_index - low) / (high - low)).clamp(0.0, 1.0)
+
+
+def yarn_bands(params: RopeYarnParams, dim: int) -> list[tuple[str, float]]:
+    """YaRN's band per pair from its ramp: 'extrapolated' (w = 0), 'interpolated' (w = 1), 'ramp' between."""
+    return [
+        ("extrapolated" if weight == 0.0 else "interpolated" if weight == 1.0 else "ramp", weight)
+        for weight in yarn_ramp(params, dim).tolist()
+    ]
+
+
 @register(
     "rope_yarn",
     kind=Kind.ROTARY,
+    config_spellings=("yarn", "deepseek_yarn"),
+    bands=yarn_bands,
+    config_keys=(
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "mscale",
+        "mscale_all_dim",
+        "truncate",
+    ),
     params=RopeYarnParams,
     paper=YARN_PAPER,
     conventions={
@@ -214,18 +256,7 @@ def rope_yarn(params: RopeYarnParams, ctx: RotaryContext) -> RotaryFrequencies:
     cos and sin are multiplied by the attention factor (default 0.1·ln s + 1), so logits by its square.
     """
     dim = ctx.rotary_dim
-    low, high = yarn_correction_range(
-        dim,
-        params.base,
-        params.original_max_position_embeddings,
-        params.beta_fast,
-        params.beta_slow,
-        truncate=params.truncate,
-    )
-    if low == high:
-        high += 0.001  # the reference's guard against a zero-width ramp
-    pair_index = torch.arange(dim // 2, dtype=torch.float64)  # (d/2,)
-    ramp = ((pair_index - low) / (high - low)).clamp(0.0, 1.0)  # (d/2,) 0: extrapolate, 1: interpolate
+    ramp = yarn_ramp(params, dim)  # (d/2,) 0: extrapolate, 1: interpolate
     extrapolated = rope_inv_freq(params.base, dim, dtype=torch.float64)  # (d/2,)
     inv_freq = extrapolated * (1.0 - ramp) + (extrapolated / params.factor) * ramp
 
@@ -277,6 +308,15 @@ def longrope_su_factor(max_length: int, original_length: int) -> float:
 @register(
     "rope_longrope",
     kind=Kind.ROTARY,
+    config_spellings=("longrope", "su"),
+    length_dependent=True,  # by_length (HF, Phi-3): the long factors past original_max_position_embeddings
+    config_keys=(
+        "short_factor",
+        "long_factor",
+        "original_max_position_embeddings",
+        "max_position_embeddings",
+        "attention_factor",
+    ),
     params=RopeLongropeParams,
     paper="Ding et al. LongRoPE: Extending LLM Context Window Beyond 2 Million Tokens (ICML 2024). "
     "https://arxiv.org/abs/2402.13753",
@@ -332,9 +372,29 @@ class RopeLlama3Params(MethodParams):
         return self
 
 
+def llama3_bands(params: RopeLlama3Params, dim: int) -> list[tuple[str, float]]:
+    """Llama 3's band per pair, as ``rope_llama3`` decides it from the unscaled wavelength λ_k = 2π/ω_k: 'high'
+    when λ_k < L/high (kept, w = 0), 'low' when λ_k > L/low (ω_k/factor, w = 1), else 'smooth' with
+    w = 1 − sm, sm = (L/λ_k − low)/(high − low); with high == low that middle is scaled ('low')."""
+    length = params.original_max_position_embeddings
+    width = params.high_freq_factor - params.low_freq_factor
+    bands: list[tuple[str, float]] = []
+    for wavelength in (2 * math.pi / rope_inv_freq(params.base, dim, dtype=torch.float64)).tolist():
+        if wavelength < length / params.high_freq_factor:
+            bands.append(("high", 0.0))
+        elif wavelength > length / params.low_freq_factor or width <= 0:
+            bands.append(("low", 1.0))
+        else:
+            bands.append(("smooth", 1.0 - (length / wavelength - params.low_freq_factor) / width))
+    return bands
+
+
 @register(
     "rope_llama3",
     kind=Kind.ROTARY,
+    config_spellings=("llama3",),
+    bands=llama3_bands,
+    config_keys=("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     params=RopeLlama3Params,
     paper="Llama Team, Meta. The Llama 3 Herd of Models (2024). https://arxiv.org/abs/2407.21783; "
     "formula from meta-llama/llama-models models/llama3 apply_scaling",

@@ -42,6 +42,13 @@ class MethodInfo(BaseModel):
         default=False,
         description="carries a position state from layer to layer (TAPE); /v1/attention gives one layer's update",
     )
+    config_spellings: list[str] = Field(
+        default_factory=list,
+        description="real models' configs: the rope_type values that name this method (POST /v1/models/resolve)",
+    )
+    config_keys: list[str] = Field(
+        default_factory=list, description="real models' configs: the keys of a rope dict this method reads"
+    )
     params_schema: dict[str, Any] = Field(description="JSON schema of 'params', with the paper's defaults")
     conventions: dict[str, str] = Field(
         default_factory=dict, description="the conventions papers disagree on, and which one this method follows"

@@ -895,6 +895,14 @@ class MethodInfo(BaseModel):
     """
     defined for causal attention only
     """
+    config_keys: Annotated[list[str] | None, Field(title="Config Keys")] = None
+    """
+    real models' configs: the keys of a rope dict this method reads
+    """
+    config_spellings: Annotated[list[str] | None, Field(title="Config Spellings")] = None
+    """
+    real models' configs: the rope_type values that name this method (POST /v1/models/resolve)
+    """
     conventions: Annotated[dict[str, str] | None, Field(title="Conventions")] = None
     """
     the conventions papers disagree on, and which one this method follows

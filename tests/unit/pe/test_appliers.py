@@ -134,6 +134,43 @@ def test_no_code_outside_posenc_pe_branches_on_a_methods_kind() -> None:
     assert [line for line in offenders if not allowed.search(line)] == []
 
 
+# Method names written as string literals outside posenc.pe, by file: each a known use, the rest of issue 22's
+# design step (the config resolver's per-method warnings and special cases) or data (a named pattern's layers).
+# A new literal fails the test below: put the fact in the method's @register instead.
+METHOD_NAME_LITERALS = {
+    "posenc/model_configs.py": {"rope", "mrope", "rope_yarn", "rope_longrope", "rope_nd"},
+    "posenc/model_presets.py": {"mrope"},  # a config's rope_type value (Qwen2-VL's v4 spelling), not a method
+    "posenc/patterns.py": {"nope", "rope_proportional"},  # the named patterns' layers: what those models ship
+    "posenc/schemas/jobs.py": {"rope"},  # a context-extension study's default base model
+    "posenc/tasks/suites.py": {"nope"},  # a placeholder entry to read a spec's defaults
+    "posenc/training/model.py": {"nope"},  # a layer pattern's shared instance: nothing on the embeddings
+}
+
+
+def test_no_code_outside_posenc_pe_names_a_method_or_imports_a_method_module() -> None:
+    """Per-method facts live in the registry: code outside posenc.pe neither compares against method names
+    (beyond the known uses above) nor imports a method's module (posenc.pe.<family>)."""
+    import ast
+
+    names = {spec.name for spec in list_methods()}
+    families = {spec.family for spec in list_methods()}
+    found: dict[str, set[str]] = {}
+    imports = []
+    for path in sorted((REPO / "posenc").rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative.startswith("posenc/pe/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                found.setdefault(relative, set()).add(node.value)
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if module.startswith("posenc.pe.") and module.split(".")[2] in families:
+                imports.append(f"{relative}:{node.lineno}: from {module} import ...")
+    unexpected = {file: sorted(used - METHOD_NAME_LITERALS.get(file, set())) for file, used in found.items()}
+    assert {file: used for file, used in unexpected.items() if used} == {}
+    assert imports == []
+
+
 FLEX_METHODS = [spec.name for spec in list_methods() if spec.axes == 1 and spec.kind in (Kind.BIAS, Kind.SCORE_MOD)]
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pydantic
 import pytest
+import torch
 
 import posenc.pe as pe
 from posenc.pe.registry import MethodParams, register
@@ -112,3 +115,72 @@ def test_duplicate_registration_is_refused() -> None:
 def test_unknown_method_is_a_keyerror_with_a_useful_message() -> None:
     with pytest.raises(pe.UnknownMethodError, match="unknown method 'nope_nope'"):
         pe.get_method("nope_nope")
+
+
+def test_the_config_spellings_live_in_the_registry_and_the_config_resolver_reads_them_from_there() -> None:
+    from posenc.model_configs import ROPE_TYPE_METHODS, method_keys
+
+    # Hugging Face's rope_type values, each naming the method transformers' ROPE_INIT_FUNCTIONS runs for it
+    assert ROPE_TYPE_METHODS == {
+        "default": "rope", "mrope": "rope", "linear": "rope_linear", "dynamic": "rope_dynamic_ntk",
+        "yarn": "rope_yarn", "deepseek_yarn": "rope_yarn", "longrope": "rope_longrope", "su": "rope_longrope",
+        "llama3": "rope_llama3",
+    }  # fmt: skip
+    for spec in pe.list_methods():
+        assert set(spec.config_keys) <= set(spec.params_model.model_fields), spec.name
+        assert method_keys(spec.name) == spec.config_keys
+    assert method_keys("rope_llama3") == ("factor", "low_freq_factor", "high_freq_factor",
+                                          "original_max_position_embeddings")  # fmt: skip
+
+
+def test_a_registration_with_a_config_key_that_is_no_param_or_a_taken_spelling_is_refused() -> None:
+    class P(MethodParams):
+        factor: float = 1.0
+
+    def fn(params: P, ctx: object) -> None:
+        """A stand-in: refused before it is registered."""
+
+    with pytest.raises(ValueError, match="not params"):
+        register("test_config_keys", kind=Kind.ROTARY, params=P, paper="x", config_keys=("beta",))(fn)
+    with pytest.raises(ValueError, match="already names 'rope_yarn'"):
+        register("test_config_spelling", kind=Kind.ROTARY, params=P, paper="x", config_spellings=("yarn",))(fn)
+    assert "test_config_keys" not in {spec.name for spec in pe.list_methods()}
+
+
+def test_the_length_dependent_flag_is_what_the_frequencies_do(example_params: Any) -> None:
+    """The config doctor's stale-cache warning reads the registry's flag; each config-nameable method's flag
+    agrees with its frequencies at half its original length and at 16 times it."""
+    from posenc.rope_diagnostics import RotarySetup, rotation_changes
+
+    named = [spec for spec in pe.list_methods() if spec.config_spellings]
+    assert {spec.name for spec in named if spec.length_dependent} == {"rope_dynamic_ntk", "rope_longrope"}
+    for spec in named:
+        params = example_params(spec.name, 16)
+        original = int(params.get("original_max_position_embeddings", 64))
+        setup = RotarySetup(spec.name, params, rotary_dim=16)
+        assert rotation_changes(setup, max(1, original // 2), 16 * original) is spec.length_dependent, spec.name
+
+
+def test_band_methods_register_the_bands_their_frequencies_follow() -> None:
+    from posenc.pe.rope_scaling import RopeLlama3Params, RopeYarnParams
+
+    assert {spec.name for spec in pe.list_methods() if spec.bands is not None} == {"rope_yarn", "rope_llama3"}
+    yarn = pe.get_method("rope_yarn")
+    params = RopeYarnParams(factor=4.0, original_max_position_embeddings=64)
+    assert yarn.bands is not None
+    bands = yarn.bands(params, 32)
+    frequencies = yarn.fn(params, pe.RotaryContext(rotary_dim=32, seq_len=64)).inv_freq
+    original = 10000.0 ** (-torch.arange(0, 32, 2, dtype=torch.float64) / 32)
+    for (band, weight), omega, kept in zip(bands, frequencies.tolist(), original.tolist(), strict=True):
+        assert omega == pytest.approx(kept * (1 - weight) + kept / 4.0 * weight, rel=1e-12), band
+    assert bands[0][0] == "extrapolated"
+    assert bands[-1][0] == "interpolated"
+    llama = pe.get_method("rope_llama3")
+    assert llama.bands is not None
+    names = [band for band, _ in llama.bands(RopeLlama3Params(original_max_position_embeddings=64), 32)]
+    assert names[0] == "high"
+    assert names[-1] == "low"
+    with pytest.raises(ValueError, match="rotary"):
+        register("test_bands_on_bias", kind=Kind.BIAS, params=MethodParams, paper="x", length_dependent=True)(
+            lambda params: None
+        )
