@@ -395,6 +395,17 @@ def resolve_config(config: Mapping[str, Any]) -> ResolvedConfig:
         return _resolve_text(top, text)
 
 
+def config_layer(config: Mapping[str, Any], layer: int) -> LayerRope:
+    """Layer ``layer`` of the model ``config`` describes, resolved: the one place a config and a layer index
+    become one layer's setup (``/v1/rotary``, ``/v1/rope/*``, the doctor). Errors at ("config", …) for the
+    config and ("layer",) for an index past its layers."""
+    with located(("config",)):
+        layers = resolve_config(config).layers
+    if not 0 <= layer < len(layers):
+        raise InvalidInput(("layer",), f"the config has {len(layers)} layers, so at most {len(layers) - 1}")
+    return layers[layer]
+
+
 def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     model_type = text.model_type if text.model_type is not None else top.model_type
     heads = _required(text.num_attention_heads, "num_attention_heads")

@@ -17,8 +17,8 @@ import torch
 from posenc import rope_diagnostics as diagnostics
 from posenc.compute.cost import Cost, Plan, fields
 from posenc.config_fields import check_json_value
-from posenc.errors import InvalidInput, located
-from posenc.model_configs import ResolvedConfig, convert_config, query_temperature, resolve_config
+from posenc.errors import located
+from posenc.model_configs import ResolvedConfig, config_layer, convert_config, query_temperature, resolve_config
 from posenc.model_presets import get_preset
 from posenc.mrope_positions import Segment, mrope_position_ids
 from posenc.schemas.rope import (
@@ -49,11 +49,7 @@ WORK_PER_CONFIG_VALUE = 200  # convert: one value of the config walked, copied a
 
 def layer_setup(config: dict[str, Any], layer: int) -> diagnostics.RotarySetup:
     """The rotation of ``layer`` of a model config; errors at ("config", …) and ("layer",)."""
-    with located(("config",)):
-        layers = resolve_config(config).layers
-    if layer >= len(layers):
-        raise InvalidInput(("layer",), f"the config has {len(layers)} layers, so at most {len(layers) - 1}")
-    return diagnostics.RotarySetup.from_layer(layers[layer])
+    return diagnostics.RotarySetup.from_layer(config_layer(config, layer))
 
 
 def setup_from(setup: SetupIn) -> diagnostics.RotarySetup:
@@ -185,11 +181,7 @@ def plan_permutation(request: PermutationRequest) -> Plan[list[int]]:
 
 def plan_temperature(request: TemperatureRequest) -> Plan[tuple[bool, list[float], str | None]]:
     """Llama 4's query temperature of a config's layer at ``length`` positions: (applies, per position, formula)."""
-    with located(("config",)):
-        layers = resolve_config(request.config).layers
-    if request.layer >= len(layers):
-        raise InvalidInput(("layer",), f"the config has {len(layers)} layers, so at most {len(layers) - 1}")
-    tuning = layers[request.layer].query_temperature
+    tuning = config_layer(request.config, request.layer).query_temperature
     cost = _json_cost(request.length, 20 * request.length, "length")
 
     def run() -> tuple[bool, list[float], str | None]:

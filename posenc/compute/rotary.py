@@ -26,7 +26,7 @@ from posenc.compute.inputs import (
     token_layout,
 )
 from posenc.errors import InvalidInput, located
-from posenc.model_configs import LayerRope, resolve_config
+from posenc.model_configs import LayerRope, config_layer
 from posenc.pe import (
     MethodParams,
     MethodSpec,
@@ -62,13 +62,7 @@ def _rotary_setup(request: RotaryRequest, head_dim: int) -> RotarySetup:
         params = parse_params(spec, request.params)
         return RotarySetup(spec, params, 0, _rotary_dim(request.rotary_dim, head_dim), request.pairing)
     assert request.layer is not None
-    with located(("config",)):
-        resolved = resolve_config(request.config)
-    if request.layer >= len(resolved.layers):
-        raise InvalidInput(
-            ("layer",), f"the config has {len(resolved.layers)} layers, so at most {len(resolved.layers) - 1}"
-        )
-    layer = resolved.layers[request.layer]
+    layer = config_layer(request.config, request.layer)
     if layer.method is None:
         raise InvalidInput(
             ("layer",),

@@ -451,3 +451,17 @@ def test_an_mla_rotated_part_that_cannot_be_turned_in_pairs_is_refused_naming_it
     with pytest.raises(InvalidInput) as raised:
         resolve_config(nested)
     assert raised.value.loc == ("text_config", "qk_rope_head_dim")
+
+
+def test_one_function_turns_a_config_and_a_layer_into_that_layer_s_setup() -> None:
+    from posenc.model_configs import config_layer
+
+    gemma = PRESETS["gemma-3-4b"]
+    assert config_layer(gemma, 5) == resolve_config(gemma).layers[5]
+    with pytest.raises(InvalidInput) as raised:
+        config_layer(gemma, 34)
+    assert raised.value.loc == ("layer",)
+    assert "at most 33" in raised.value.msg
+    with pytest.raises(InvalidInput) as raised:
+        config_layer({**PRESETS["deepseek-v3"], "qk_rope_head_dim": 3}, 0)
+    assert raised.value.loc == ("config", "qk_rope_head_dim")
