@@ -25,7 +25,7 @@ from posenc import runtime
 from posenc.compute import prepare
 from posenc.compute import rope as plans
 from posenc.compute.cost import Plan
-from posenc.model_presets import get_preset
+from posenc.real_models.presets import get_preset
 from posenc.schemas.compute import AttentionRequest, BiasRequest, RotaryRequest
 from posenc.schemas.models import ResolveRequest
 from posenc.schemas.rope import (

@@ -12,7 +12,7 @@ least 4 tokens, so a local layer sees less than its training context and far les
 as in the real models. Llama 4's temperature floor scale is its chunk size (8192 = 8192 there), kept here.
 
 A real model's config (or a preset) becomes a unit by :func:`config_unit`, from the per-layer setup
-``/v1/models/resolve`` gives (``posenc.model_configs.resolve_config``), by the rule stated there: methods, θ,
+``/v1/models/resolve`` gives (``posenc.real_models.configs.resolve_config``), by the rule stated there: methods, θ,
 scaling factors, rotated shares, NoPE layers and the temperature's attn_scale kept; the lengths scaled to the
 tiny model's training length; the unit the shortest period of the layers.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from posenc.model_configs import LayerRope
+    from posenc.real_models.configs import LayerRope
 
 LOCAL_SPAN_FRACTION = 0.25  # a named pattern's local span, as a fraction of the training length
 MIN_LOCAL_SPAN = 4

@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
-from posenc.model_presets import UnknownPresetError
 from posenc.pe.registry import UnknownMethodError
+from posenc.real_models.presets import UnknownPresetError
 from posenc.schemas.errors import FieldError, Problem
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"

@@ -2,9 +2,10 @@
 resolved, costed) before it runs.
 
 Every plan names its errors relative to the request (``setup.config.rope_theta``, ``max_position``); the
-gateway adds ``body``. A config is resolved while planning (its size is bounded by ``posenc.config_fields``),
-so the gateway plans these requests in a compute slot too. The cost formulas are in work units (about 1 ns of
-one core, ``posenc.compute.cost``), measured against the routes by ``bench/request_costs.py``.
+gateway adds ``body``. A config is resolved while planning (its size is bounded by
+``posenc.real_models.config_fields``), so the gateway plans these requests in a compute slot too. The cost
+formulas are in work units (about 1 ns of one core, ``posenc.compute.cost``), measured against the routes by
+``bench/request_costs.py``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from typing import Any
 
 import torch
 
-from posenc import rope_diagnostics as diagnostics
 from posenc.compute.cost import Cost, Plan, fields
-from posenc.config_fields import check_json_value
 from posenc.errors import located
-from posenc.model_configs import ResolvedConfig, config_layer, convert_config, query_temperature, resolve_config
-from posenc.model_presets import get_preset
-from posenc.mrope_positions import Segment, mrope_position_ids
+from posenc.real_models import diagnostics
+from posenc.real_models.config_fields import check_json_value
+from posenc.real_models.configs import ResolvedConfig, config_layer, convert_config, query_temperature, resolve_config
+from posenc.real_models.mrope_positions import Segment, mrope_position_ids
+from posenc.real_models.presets import get_preset
 from posenc.schemas.rope import (
     CompareRequest,
     ConvertRequest,

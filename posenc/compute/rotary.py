@@ -26,12 +26,12 @@ from posenc.compute.inputs import (
     token_layout,
 )
 from posenc.errors import InvalidInput, located
-from posenc.model_configs import LayerRope, config_layer
 from posenc.pe import (
     MethodParams,
     MethodSpec,
 )
 from posenc.pe.appliers import Layer, rotary_applier
+from posenc.real_models.configs import LayerRope, config_layer
 from posenc.schemas.compute import (
     MAX_ROTARY_POSITION,
     RotaryRequest,

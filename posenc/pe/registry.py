@@ -86,7 +86,7 @@ class MethodSpec:
     # ``training_defaults``.
     training_defaults: dict[str, Any] = field(default_factory=dict)
     training_note: str = ""
-    # Real models' configs (posenc.model_configs): the rope_type spellings (Hugging Face's "yarn",
+    # Real models' configs (posenc.real_models.configs): the rope_type spellings (Hugging Face's "yarn",
     # "deepseek_yarn", ...) that name this method, and the keys of a config's rope dict it reads, each one of its
     # own params. The config resolver derives its tables from these; no other table of spellings exists.
     config_spellings: tuple[str, ...] = ()

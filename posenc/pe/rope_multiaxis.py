@@ -102,7 +102,7 @@ def mrope_pair_axis(section: tuple[int, int, int], layout: Literal["chunked", "i
         "pairing": "request option; Qwen2-VL, Qwen2.5-VL and Qwen3-VL (Hugging Face rotate_half) use half",
         "positions": "(N, 3) int (t, h, w) as the model's get_rope_index builds them: text tokens t = h = w = "
         "running index (then M-RoPE is 1D RoPE); vision tokens offset + (frame time, row, col) "
-        "(posenc.mrope_positions builds them from text/image/video segments)",
+        "(posenc.real_models.mrope_positions builds them from text/image/video segments)",
         "frequencies": "one RoPE table ω_k = θ^(−2k/d) over the whole rotary dim; the section only picks which "
         "coordinate turns each pair (a pair's frequency does not depend on its axis)",
         "layout": "chunked: pairs [0, s_t) by t, [s_t, s_t + s_h) by h, the rest by w (Qwen2/2.5-VL); interleaved: "

@@ -1,5 +1,5 @@
 """Model configs: ``GET /v1/models`` (presets), ``POST /v1/models/resolve`` (a config.json -> per-layer rotary
-setup and warnings). The fields mirror ``posenc.model_configs.LayerRope`` and ``ConfigWarning``."""
+setup and warnings). The fields mirror ``posenc.real_models.configs.LayerRope`` and ``ConfigWarning``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """RoPE diagnostics: ``/v1/rope/*`` requests and answers (position ids, config conversion; the probes of
-``posenc.rope_diagnostics``)."""
+``posenc.real_models.diagnostics``)."""
 
 from __future__ import annotations
 

@@ -27,8 +27,6 @@ import torch
 from pydantic import BaseModel, ValidationError
 
 from posenc.errors import InvalidInput, Loc, located
-from posenc.model_configs import resolve_config
-from posenc.model_presets import PRESETS, UnknownPresetError, get_preset
 from posenc.patterns import (
     MIN_LOCAL_SPAN,
     PATTERNS,
@@ -40,6 +38,8 @@ from posenc.patterns import (
 )
 from posenc.pe import MethodParams, MethodSpec, get_method
 from posenc.pe.appliers import Layer, build_applier
+from posenc.real_models.configs import resolve_config
+from posenc.real_models.presets import PRESETS, UnknownPresetError, get_preset
 from posenc.schemas.jobs import DataSpec, EvalSpec, JobKind, JobSpec, MethodRef
 
 Unit = Literal["tokens", "items", "pixels", "nodes"]

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc.model_configs import query_temperature
 from posenc.patterns import LayerSetup
 from posenc.pe import MethodParams, get_method
 from posenc.pe.appliers import Applier, Layer, build_applier
+from posenc.real_models.configs import query_temperature
 from posenc.schemas.tensors import INT64_MAX
 
 INIT_STD = 0.02  # GPT-2 / nanoGPT initialisation of every linear and embedding weight

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from posenc.compute.rope import plan_resolve
-from posenc.model_presets import PRESETS, get_preset
+from posenc.real_models.presets import PRESETS, get_preset
 from posenc.schemas.errors import Problem
 from posenc.schemas.models import ModelPreset, ModelPresetList, ResolvedModel, ResolveRequest
 from service.deps import SettingsDep, SlotsDep

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posenc.config_fields import RopeFields, TextFields
-from posenc.model_presets import PRESETS, get_preset
+from posenc.real_models.config_fields import RopeFields, TextFields
+from posenc.real_models.presets import PRESETS, get_preset
 from posenc.settings import Settings
 from service.main import create_app
 

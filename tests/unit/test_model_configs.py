@@ -16,8 +16,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.compute import prepare
 from posenc.errors import FieldErrors, InvalidInput
-from posenc.model_configs import LayerRope, convert_config, resolve_config, text_config
-from posenc.model_presets import PRESETS
+from posenc.real_models.configs import LayerRope, convert_config, resolve_config, text_config
+from posenc.real_models.presets import PRESETS
 from posenc.schemas.compute import RotaryRequest
 
 FLOAT32_POW = 2e-6  # relative: float32 rounding of transformers' θ^(2k/d), see the first test
@@ -60,7 +60,7 @@ def inline(t: torch.Tensor) -> dict[str, Any]:
 
 
 def our_inv_freq(layer: LayerRope) -> torch.Tensor:
-    from posenc.model_configs import layer_frequencies
+    from posenc.real_models.configs import layer_frequencies
 
     return layer_frequencies(layer).inv_freq
 
@@ -409,7 +409,7 @@ def test_llama4_query_temperature_is_what_its_attention_does_to_q(monkeypatch: p
     attention function is x · τ(n)."""
     from transformers.models.llama4 import modeling_llama4
 
-    from posenc.model_configs import query_temperature
+    from posenc.real_models.configs import query_temperature
 
     text = dict(PRESETS["llama-4-scout-17b-16e"]["text_config"])
     tiny = {**text, "hidden_size": 16, "head_dim": 8, "num_attention_heads": 2, "num_key_value_heads": 2,
@@ -454,7 +454,7 @@ def test_an_mla_rotated_part_that_cannot_be_turned_in_pairs_is_refused_naming_it
 
 
 def test_one_function_turns_a_config_and_a_layer_into_that_layer_s_setup() -> None:
-    from posenc.model_configs import config_layer
+    from posenc.real_models.configs import config_layer
 
     gemma = PRESETS["gemma-3-4b"]
     assert config_layer(gemma, 5) == resolve_config(gemma).layers[5]

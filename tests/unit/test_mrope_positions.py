@@ -14,7 +14,7 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
 from posenc.errors import InvalidInput
-from posenc.mrope_positions import Segment, mrope_position_ids
+from posenc.real_models.mrope_positions import Segment, mrope_position_ids
 
 MODELS: dict[str, Any] = {"qwen2_vl": Qwen2VLModel, "qwen2_5_vl": Qwen2_5_VLModel, "qwen3_vl": Qwen3VLModel}
 MERGE, TOKENS_PER_SECOND = 2, 2

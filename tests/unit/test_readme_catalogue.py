@@ -30,7 +30,7 @@ def test_every_registered_method_is_in_the_readme() -> None:
 def test_the_limits_section_lists_every_budget_and_the_config_bounds() -> None:
     """Every setting that caps a request or a job is in the README's limits table with its default, and the
     config reader's bounds are the numbers the section quotes."""
-    from posenc import config_fields
+    from posenc.real_models import config_fields
     from posenc.schemas import jobs, rope
     from posenc.settings import Settings
 

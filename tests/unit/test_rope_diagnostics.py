@@ -1,4 +1,4 @@
-"""posenc.rope_diagnostics: per-pair frequencies and bands, dtype precision, the divergence probe between two
+"""posenc.real_models.diagnostics: per-pair frequencies and bands, dtype precision, the divergence probe between two
 setups (checked against a float64 brute-force scan written here), KV-cache drift of length-dependent scalings,
 and the interleaved <-> half permutation of q / k projection rows."""
 
@@ -11,13 +11,13 @@ import math
 import pytest
 import torch
 
-from posenc import rope_diagnostics as rd
 from posenc.errors import InvalidInput
-from posenc.model_configs import resolve_config
-from posenc.model_presets import get_preset
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, rotary_applier
 from posenc.pe.ops import Pairing
+from posenc.real_models import diagnostics as rd
+from posenc.real_models.configs import resolve_config
+from posenc.real_models.presets import get_preset
 
 LONGROPE_PARAMS = {
     "short_factor": [1.0, 1.1, 1.3, 1.6],

@@ -12,7 +12,7 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
-from posenc.model_presets import PRESETS
+from posenc.real_models.presets import PRESETS
 
 JSON = {"Accept": "application/json"}
 
@@ -143,7 +143,7 @@ def buggy_gemma() -> dict[str, Any]:
 
 
 def test_compare_finds_where_gemmas_buggy_sliding_layer_parts_from_the_right_one(client: TestClient) -> None:
-    from posenc.rope_diagnostics import RotarySetup, compare
+    from posenc.real_models.diagnostics import RotarySetup, compare
 
     body = {
         "setup_a": {"config": PRESETS["gemma-3-4b"], "layer": 0},

@@ -13,7 +13,7 @@ import pytest
 import safetensors.numpy
 from posenc_client.cli import main
 
-from posenc.model_presets import PRESETS
+from posenc.real_models.presets import PRESETS
 
 pytestmark = pytest.mark.integration
 CLI = str(Path(sys.executable).with_name("posenc-client"))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from posenc.model_presets import PRESETS
+from posenc.real_models.presets import PRESETS
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

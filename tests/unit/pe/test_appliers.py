@@ -138,8 +138,8 @@ def test_no_code_outside_posenc_pe_branches_on_a_methods_kind() -> None:
 # design step (the config resolver's per-method warnings and special cases) or data (a named pattern's layers).
 # A new literal fails the test below: put the fact in the method's @register instead.
 METHOD_NAME_LITERALS = {
-    "posenc/model_configs.py": {"rope", "mrope", "rope_yarn", "rope_longrope", "rope_nd"},
-    "posenc/model_presets.py": {"mrope"},  # a config's rope_type value (Qwen2-VL's v4 spelling), not a method
+    "posenc/real_models/configs.py": {"rope", "mrope", "rope_yarn", "rope_longrope", "rope_nd"},
+    "posenc/real_models/presets.py": {"mrope"},  # a config's rope_type value (Qwen2-VL's v4 spelling), not a method
     "posenc/patterns.py": {"nope", "rope_proportional"},  # the named patterns' layers: what those models ship
     "posenc/schemas/jobs.py": {"rope"},  # a context-extension study's default base model
     "posenc/tasks/suites.py": {"nope"},  # a placeholder entry to read a spec's defaults

@@ -118,7 +118,7 @@ def test_unknown_method_is_a_keyerror_with_a_useful_message() -> None:
 
 
 def test_the_config_spellings_live_in_the_registry_and_the_config_resolver_reads_them_from_there() -> None:
-    from posenc.model_configs import ROPE_TYPE_METHODS, method_keys
+    from posenc.real_models.configs import ROPE_TYPE_METHODS, method_keys
 
     # Hugging Face's rope_type values, each naming the method transformers' ROPE_INIT_FUNCTIONS runs for it
     assert ROPE_TYPE_METHODS == {
@@ -150,7 +150,7 @@ def test_a_registration_with_a_config_key_that_is_no_param_or_a_taken_spelling_i
 def test_the_length_dependent_flag_is_what_the_frequencies_do(example_params: Any) -> None:
     """The config doctor's stale-cache warning reads the registry's flag; each config-nameable method's flag
     agrees with its frequencies at half its original length and at 16 times it."""
-    from posenc.rope_diagnostics import RotarySetup, rotation_changes
+    from posenc.real_models.diagnostics import RotarySetup, rotation_changes
 
     named = [spec for spec in pe.list_methods() if spec.config_spellings]
     assert {spec.name for spec in named if spec.length_dependent} == {"rope_dynamic_ntk", "rope_longrope"}

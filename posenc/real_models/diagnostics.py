@@ -3,7 +3,7 @@ KV cache does to scalings that depend on the length, and the checkpoint permutat
 
 A *setup* (``RotarySetup``) is what rotates one layer: a registered rotary method, its raw params (in the
 method's own names), the rotated width d = rotary_dim and the pairing (half = rotate_half, interleaved =
-GPT-J/Meta). ``RotarySetup.from_layer`` takes a layer of ``posenc.model_configs.resolve_config``. Every rotation
+GPT-J/Meta). ``RotarySetup.from_layer`` takes a layer of ``posenc.real_models.configs.resolve_config``. Every rotation
 goes through posenc's own rotary applier (``posenc.pe.appliers.rotary_applier``), so what is diagnosed is what
 the service computes.
 
@@ -36,13 +36,13 @@ import torch
 from pydantic import ValidationError
 
 from posenc.errors import InvalidInput, Loc, located
-from posenc.model_configs import LayerRope
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, RotaryApplier, rotary_applier
 from posenc.pe.kinds import rotary_angles
 from posenc.pe.ops import Pairing, half_to_interleaved_permutation
 from posenc.pe.registry import UnknownMethodError
 from posenc.pe.types import RotaryFrequencies, RotaryGenerators
+from posenc.real_models.configs import LayerRope
 from posenc.schemas.compute import MAX_ROTARY_POSITION
 
 PAIRINGS: tuple[Pairing, ...] = ("half", "interleaved")

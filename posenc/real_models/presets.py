@@ -3,7 +3,7 @@
 Each preset is the config as its model card's repository publishes it, trimmed to the keys that decide the
 rotary setup (sizes, layer kinds, rope dicts, partial rotation, NoPE layers), in that model's own dialect:
 Hugging Face v4 ``rope_scaling`` for most, ``text_config`` nesting for the multimodal ones. Resolve one with
-``posenc.model_configs.resolve_config`` or ``POST /v1/models/resolve``.
+``posenc.real_models.configs.resolve_config`` or ``POST /v1/models/resolve``.
 """
 
 from __future__ import annotations

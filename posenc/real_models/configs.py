@@ -34,7 +34,9 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from posenc.config_fields import (
+from posenc.errors import InvalidInput, Loc, located
+from posenc.pe import RotaryContext, RotaryFrequencies, get_method, list_methods
+from posenc.real_models.config_fields import (
     MAX_HEAD_DIM,
     DiffusersFields,
     RopeFields,
@@ -42,8 +44,6 @@ from posenc.config_fields import (
     check_json_value,
     read,
 )
-from posenc.errors import InvalidInput, Loc, located
-from posenc.pe import RotaryContext, RotaryFrequencies, get_method, list_methods
 
 DEFAULT_THETA = 10000.0  # what Hugging Face and vLLM assume when a config names no rope_theta
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
@@ -375,7 +375,7 @@ def layer_frequencies(layer: LayerRope, seq_len: int = 1) -> RotaryFrequencies:
 def resolve_config(config: Mapping[str, Any]) -> ResolvedConfig:
     """One ``LayerRope`` per layer of the model ``config`` describes, and the warnings its patterns raise.
 
-    The config is read as data first (``posenc.config_fields``): every key the resolver uses is typed and
+    The config is read as data first (``posenc.real_models.config_fields``): every key the resolver uses is typed and
     bounded, so errors are ``InvalidInput`` / ``FieldErrors`` located at the key the user sent, inside the config
     (``text_config.rope_theta`` for a nested one)."""
     if not isinstance(config, Mapping):

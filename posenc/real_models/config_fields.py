@@ -1,5 +1,5 @@
 """Model configs read as data: the rope-relevant keys of a ``config.json``, typed and range-checked before the
-resolver (``posenc.model_configs``) uses any of them.
+resolver (``posenc.real_models.configs``) uses any of them.
 
 A config is an arbitrary JSON object, so nothing about it is trusted: a key the resolver reads is validated
 here once (its type, finite, positive where it must be, within the bounds below), and an error names the key the
