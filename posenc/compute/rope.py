@@ -50,16 +50,12 @@ WORK_PER_CONFIG_VALUE = 200  # convert: one value of the config walked, copied a
 
 def layer_setup(config: dict[str, Any], layer: int) -> diagnostics.RotarySetup:
     """The rotation of ``layer`` of a model config; errors at ("config", …) and ("layer",)."""
-    return diagnostics.RotarySetup.from_layer(config_layer(config, layer))
+    return diagnostics.rotation(None, {}, 0, "half", config, layer)
 
 
 def setup_from(setup: SetupIn) -> diagnostics.RotarySetup:
     """A request's setup: a method with its params, or a config's layer resolved (errors relative to it)."""
-    if setup.config is None:
-        assert setup.method is not None
-        return diagnostics.RotarySetup(setup.method, setup.params, setup.rotary_dim, setup.pairing)
-    assert setup.layer is not None
-    return layer_setup(setup.config, setup.layer)
+    return diagnostics.rotation(setup.method, setup.params, setup.rotary_dim, setup.pairing, setup.config, setup.layer)
 
 
 def _setup(setup: SetupIn, field: str) -> diagnostics.RotarySetup:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -31,7 +29,7 @@ from posenc.pe import (
     MethodSpec,
 )
 from posenc.pe.appliers import Layer, rotary_applier
-from posenc.real_models.configs import LayerRope, config_layer
+from posenc.real_models.diagnostics import RotarySetup, rotation
 from posenc.schemas.compute import (
     MAX_ROTARY_POSITION,
     RotaryRequest,
@@ -42,50 +40,29 @@ from posenc.tensors import dtype_name, torch_dtype
 
 
 # -------------------------------------------------------------------------------------------------- rotary
-@dataclass(frozen=True)
-class RotarySetup:
-    """What rotates: the method and params, the rotated slice [start, start + rotary_dim) of each head, the
-    pairing, and (for a config's layer) that layer's resolved setup."""
-
-    spec: MethodSpec
-    params: MethodParams
-    start: int
-    rotary_dim: int
-    pairing: Literal["half", "interleaved"]
-    config_layer: LayerRope | None = None
-
-
-def _rotary_setup(request: RotaryRequest, head_dim: int) -> RotarySetup:
-    if request.config is None:
-        assert request.method is not None
-        spec = resolve_method(request.method, Kind.ROTARY)
-        params = parse_params(spec, request.params)
-        return RotarySetup(spec, params, 0, _rotary_dim(request.rotary_dim, head_dim), request.pairing)
-    assert request.layer is not None
-    layer = config_layer(request.config, request.layer)
-    if layer.method is None:
-        raise InvalidInput(
-            ("layer",),
-            f"layer {layer.layer} ({layer.layer_type}) is a NoPE layer: it has no rotation"
-            + (" (its query temperature: POST /v1/rope/temperature)" if layer.query_temperature else ""),
-        )
-    if head_dim != layer.head_dim:
+def _rotary_setup(request: RotaryRequest, head_dim: int) -> tuple[RotarySetup, MethodSpec, MethodParams]:
+    """The request's rotation (``posenc.real_models.diagnostics.rotation``: a method, or a config's layer), its
+    method and its params parsed (a config's errors at the config key the param came from)."""
+    rotary_dim = _rotary_dim(request.rotary_dim, head_dim) if request.config is None else 0
+    setup = rotation(request.method, request.params, rotary_dim, request.pairing, request.config, request.layer)
+    if setup.layer is not None and head_dim != setup.layer.head_dim:
         raise InvalidInput(
             ("q", "shape"),
-            f"D = {head_dim}, but the config's heads have head_dim = {layer.head_dim} (layer {layer.layer})",
+            f"D = {head_dim}, but the config's heads have head_dim = {setup.layer.head_dim} "
+            f"(layer {setup.layer.layer})",
         )
-    spec = resolve_method(layer.method, Kind.ROTARY)
+    spec = resolve_method(setup.method, Kind.ROTARY)
+    if setup.layer is None:
+        return setup, spec, parse_params(spec, dict(setup.params))
     with located(("config",)):
-        params = parse_params(spec, layer.params)
-    pairing: Literal["half", "interleaved"] = "interleaved" if layer.pairing == "interleaved" else "half"
-    return RotarySetup(spec, params, layer.rotary_slice[0], layer.rotary_dim, pairing, layer)
+        return setup, spec, parse_params(spec, dict(setup.params))
 
 
 def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) -> Prepared:
     q_dtype, q_shape = float_input(request.q, ("q",), 4, "(B, H, N, D)")
     seq_len, head_dim = q_shape[2], q_shape[3]
-    setup = _rotary_setup(request, head_dim)
-    spec, params, rotary_dim, start = setup.spec, setup.params, setup.rotary_dim, setup.start
+    setup, spec, params = _rotary_setup(request, head_dim)
+    rotary_dim, start = setup.rotary_dim, setup.start
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
     layer = Layer(
@@ -171,8 +148,8 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
             "attention_scale": applier.attention_scale(context),
             "tables_dtype": table_dtype,
         }
-        if setup.config_layer is not None:
-            meta["config_layer"] = setup.config_layer.to_json()
+        if setup.layer is not None:
+            meta["config_layer"] = setup.layer.to_json()
         return TensorResult(tensors, meta)
 
     return Prepared(

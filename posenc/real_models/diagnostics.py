@@ -42,7 +42,7 @@ from posenc.pe.kinds import rotary_angles
 from posenc.pe.ops import Pairing, half_to_interleaved_permutation
 from posenc.pe.registry import UnknownMethodError
 from posenc.pe.types import RotaryFrequencies, RotaryGenerators
-from posenc.real_models.configs import LayerRope
+from posenc.real_models.configs import LayerRope, config_layer
 from posenc.schemas.compute import MAX_ROTARY_POSITION
 
 PAIRINGS: tuple[Pairing, ...] = ("half", "interleaved")
@@ -70,21 +70,37 @@ MAX_DECODE_LENGTH = 1 << 15  # prefill + steps: recomputation re-rotates every k
 # ------------------------------------------------------------------------------------------------ the setup
 @dataclass(frozen=True)
 class RotarySetup:
-    """What rotates one layer: ``method`` (a registered rotary method), ``params`` (raw, the method's names),
-    ``rotary_dim`` (d, the rotated features: pairs k ∈ [0, d/2)) and ``pairing`` (half or interleaved)."""
+    """The rotation of one layer, the one type for it (``/v1/rotary``, ``/v1/rope/*``, the doctor): ``method``
+    (a registered rotary method), ``params`` (raw, the method's names), ``rotary_dim`` (d, the rotated features:
+    pairs k ∈ [0, d/2)), ``pairing`` (half or interleaved), ``start`` (where the rotated slice begins in a head:
+    0, or an MLA head's rope part after its no-rope part) and, for a config's layer, ``layer`` (its resolved
+    setup). :func:`rotation` makes one from a method or from a config and a layer index."""
 
     method: str
     params: Mapping[str, Any] = field(default_factory=dict)
     rotary_dim: int = 128
     pairing: Pairing = "half"
+    start: int = 0
+    layer: LayerRope | None = field(default=None, compare=False)  # where it came from; not part of the rotation
 
     @classmethod
     def from_layer(cls, layer: LayerRope) -> RotarySetup:
         """The setup of a resolved config layer; a NoPE layer (no method) is refused at ("layer",)."""
         if layer.method is None:
-            raise InvalidInput(("layer",), f"layer {layer.layer} is a NoPE layer: it has no rotation")
+            raise InvalidInput(
+                ("layer",),
+                f"layer {layer.layer} ({layer.layer_type}) is a NoPE layer: it has no rotation"
+                + (" (its query temperature: POST /v1/rope/temperature)" if layer.query_temperature else ""),
+            )
         pairing: Pairing = "interleaved" if layer.pairing == "interleaved" else "half"
-        return cls(method=layer.method, params=dict(layer.params), rotary_dim=layer.rotary_dim, pairing=pairing)
+        return cls(
+            method=layer.method,
+            params=dict(layer.params),
+            rotary_dim=layer.rotary_dim,
+            pairing=pairing,
+            start=layer.rotary_slice[0],
+            layer=layer,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +109,26 @@ class RotarySetup:
             "rotary_dim": self.rotary_dim,
             "pairing": self.pairing,
         }
+
+
+def rotation(
+    method: str | None,
+    params: Mapping[str, Any],
+    rotary_dim: int,
+    pairing: Pairing,
+    config: Mapping[str, Any] | None = None,
+    layer: int | None = None,
+) -> RotarySetup:
+    """The one way a request's rotation is resolved: a method with its params, rotated features and pairing, or a
+    model config's layer (``posenc.real_models.configs.config_layer``: errors at ("config", …) and ("layer",); a
+    NoPE layer refused at ("layer",))."""
+    if config is None:
+        if method is None:
+            raise InvalidInput(("method",), "give a rotary method, or a config and a layer")
+        return RotarySetup(method, dict(params), rotary_dim, pairing)
+    if layer is None:
+        raise InvalidInput(("layer",), "a config needs the index of the layer whose rotation is meant")
+    return RotarySetup.from_layer(config_layer(config, layer))
 
 
 def _applier(setup: RotarySetup, dtype: torch.dtype = torch.float64) -> RotaryApplier:

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from posenc.errors import InvalidInput
+from posenc.errors import FieldErrors, InvalidInput
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, rotary_applier
 from posenc.pe.ops import Pairing
@@ -52,6 +52,20 @@ def test_from_layer_takes_a_resolved_layer() -> None:
     deepseek = resolve_config(get_preset("deepseek-v3")).layers[0]
     assert rd.RotarySetup.from_layer(deepseek).pairing == "interleaved"
     assert rd.RotarySetup.from_layer(deepseek).rotary_dim == 64
+    assert rd.RotarySetup.from_layer(deepseek).start == 128  # MLA: the rope part follows 128 no-rope features
+    assert rd.RotarySetup.from_layer(deepseek).layer == deepseek
+
+
+def test_one_function_resolves_a_method_or_a_config_s_layer_into_the_same_type() -> None:
+    gemma = get_preset("gemma-3-4b")
+    assert rd.rotation("rope", {"base": 10000.0}, 256, "half") == rd.rotation(None, {}, 0, "half", gemma, 0)
+    assert rd.rotation(None, {}, 0, "half", gemma, 5).method == "rope_linear"
+    with pytest.raises(InvalidInput) as info:
+        rd.rotation(None, {}, 0, "half", gemma, 99)
+    assert info.value.loc == ("layer",)
+    with pytest.raises(FieldErrors) as bad:
+        rd.rotation(None, {}, 0, "half", {**gemma, "text_config": {**gemma["text_config"], "rope_theta": -1.0}}, 0)
+    assert bad.value.errors[0]["loc"] == ("config", "text_config", "rope_theta")
 
 
 def test_from_layer_refuses_a_nope_layer() -> None:
