@@ -108,7 +108,7 @@ class MethodRef(_Strict):
         max_length=MAX_PATTERN_LAYERS,
         description="decoders: a unit of per-layer setups written out, tiled over the model's layers",
     )
-    config: dict[str, Any] | str | None = Field(
+    config: dict[str, Any] | Annotated[str, Field(max_length=128)] | None = Field(
         default=None,
         description="decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets "
         "the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, "

@@ -198,6 +198,13 @@ class ComputeJobSpec(BaseModel):
     """
 
 
+class Config(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, title="Config")]
+    """
+    decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, temperature), its context lengths scaled to train.length and its spans a quarter of it, the shortest repeating unit of its layers tiled over the model's; give no method, params, pattern or layers with it
+    """
+
+
 class ConfigWarningOut(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -965,7 +972,7 @@ class MethodRef(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any] | str | None, Field(title="Config")] = None
+    config: Annotated[dict[str, Any] | Config | None, Field(title="Config")] = None
     """
     decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, temperature), its context lengths scaled to train.length and its spans a quarter of it, the shortest repeating unit of its layers tiled over the model's; give no method, params, pattern or layers with it
     """

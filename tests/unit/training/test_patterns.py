@@ -319,6 +319,7 @@ def test_a_config_s_own_errors_name_the_key_inside_it() -> None:
         {"config": "llama-3.1-8b", "method": "rope"},
         {"config": "llama-3.1-8b", "params": {"base": 1.0}},
         {"config": "llama-3.1-8b", "pattern": "smollm3"},
+        {"config": "x" * 129},  # a preset's name is short: a long string is refused before any look-up
         {},
     ],
 )
