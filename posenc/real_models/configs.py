@@ -623,8 +623,11 @@ def _resolve_diffusers(config: DiffusersFields) -> ResolvedConfig:
 HF_ROPE_TYPES = {"su": "longrope", "deepseek_yarn": "yarn", "mrope": "default"}  # vLLM / older spellings
 
 
-def _canonical_rope(block: Mapping[str, Any]) -> dict[str, Any]:
-    """A rope dict with ``rope_type`` (not ``type``) in Hugging Face's spelling of the type."""
+def _canonical_rope(block: Any, loc: Loc) -> dict[str, Any]:
+    """A rope dict with ``rope_type`` (not ``type``) in Hugging Face's spelling of the type; anything but an
+    object is refused at ``loc`` (a key the resolver did not need to read can still be malformed)."""
+    if not isinstance(block, Mapping):
+        raise InvalidInput(loc, f"must be an object (a rope dict), got {type(block).__name__}")
     converted = {key: value for key, value in block.items() if key != "type"}
     rope_type = block.get("rope_type", block.get("type", "default"))
     converted["rope_type"] = HF_ROPE_TYPES.get(rope_type, rope_type)
@@ -653,15 +656,16 @@ def _convert_v5(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
     theta = text.pop("rope_theta", None)
     factor = text.pop("partial_rotary_factor", None)
     local_theta = text.pop("rope_local_base_freq", None)
+    source = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
     block = text.pop("rope_scaling", None) or text.pop("rope_parameters", None) or {}
     types = {layer.layer_type for layer in resolved.layers}
-    nested = bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
+    nested = isinstance(block, Mapping) and bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
     if nested:
         text["rope_parameters"] = {
-            key: None if value is None else _canonical_rope(value) for key, value in block.items()
+            key: None if value is None else _canonical_rope(value, (source, key)) for key, value in block.items()
         }
         return text
-    flat = _canonical_rope(block)
+    flat = _canonical_rope(block, (source,))
     if theta is not None:
         flat.setdefault("rope_theta", theta)
     flat.setdefault("rope_theta", DEFAULT_THETA)
@@ -684,19 +688,20 @@ def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
     block = text.pop("rope_parameters", None)
     if block is None:
         return text  # already v4 (or no rope dict at all)
-    nested = bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
+    where: Loc = ("rope_parameters",)
+    nested = isinstance(block, Mapping) and bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
     if nested:
         sliding, full = block.get(SLIDING), block.get(FULL)
         if set(block) - {FULL, SLIDING} or sliding is None or full is None:
             raise InvalidInput(("rope_parameters",), "v4 has no per-layer-type rope dicts beyond Gemma's sliding θ")
-        sliding = _canonical_rope(sliding)
+        sliding = _canonical_rope(sliding, ("rope_parameters", SLIDING))
         if sliding["rope_type"] != "default" or set(sliding) - {"rope_type", "rope_theta"}:
             raise InvalidInput(
                 ("rope_parameters", SLIDING), "v4 gives sliding layers only an unscaled θ (rope_local_base_freq)"
             )
         text["rope_local_base_freq"] = sliding.get("rope_theta", DEFAULT_THETA)
-        block = full
-    rope = _canonical_rope(block)
+        block, where = full, ("rope_parameters", FULL)
+    rope = _canonical_rope(block, where)
     text["rope_theta"] = rope.pop("rope_theta", text.get("rope_theta", DEFAULT_THETA))
     if "partial_rotary_factor" in rope:
         text["partial_rotary_factor"] = rope.pop("partial_rotary_factor")

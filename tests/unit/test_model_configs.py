@@ -465,3 +465,21 @@ def test_one_function_turns_a_config_and_a_layer_into_that_layer_s_setup() -> No
     with pytest.raises(InvalidInput) as raised:
         config_layer({**PRESETS["deepseek-v3"], "qk_rope_head_dim": 3}, 0)
     assert raised.value.loc == ("config", "qk_rope_head_dim")
+
+
+@pytest.mark.parametrize("to", ["v4", "v5"])
+@pytest.mark.parametrize("sliding", [[1, 2], "x", 3])
+def test_converting_a_rope_dict_the_resolver_never_read_refuses_a_malformed_one_naming_it(
+    to: str, sliding: object
+) -> None:
+    """Found by the config fuzzer: a per-layer-type dict for a layer type the model does not have resolves (the
+    resolver never reads it) but converting walked it as a dict and the gateway answered 500."""
+    llama = {key: value for key, value in PRESETS["llama-3.1-8b"].items() if key not in ("rope_scaling", "rope_theta")}
+    config = {**llama, "rope_parameters": {"full_attention": {"rope_type": "default"}, "sliding_attention": sliding}}
+    assert len(resolve_config(config).layers) == 32
+    with pytest.raises(InvalidInput) as raised:
+        convert_config(config, to)
+    assert raised.value.loc == ("rope_parameters", "sliding_attention")
+    with pytest.raises(InvalidInput) as raised:
+        convert_config({"text_config": config}, to)
+    assert raised.value.loc == ("text_config", "rope_parameters", "sliding_attention")
