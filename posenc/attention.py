@@ -65,7 +65,7 @@ def attention_maps(
     x: torch.Tensor | None = None,
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
-    pairing: Pairing = "half",
+    pairing: Pairing | None = None,
     query_offset: int = 0,
     state: dict[str, torch.Tensor] | None = None,
     positions: torch.Tensor | None = None,

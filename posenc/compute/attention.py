@@ -181,7 +181,7 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
             "query_offset": query_offset,
             "tokens": layout.description,
             "scale": request.scale if request.scale is not None else 1.0 / math.sqrt(head_dim),
-            "pairing": request.pairing,
+            "pairing": applier.pairing,
             "fully_masked_rows": int(maps.fully_masked.sum()),
             "stats_dtype": stats_dtype,
             "stats": "per head, averaged over batch and over queries that attend to at least one key; "

@@ -30,7 +30,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -73,7 +73,7 @@ class Layer:
     head_dim: int
     causal: bool
     model_dim: int | None = None  # the layer input's width; H · head_dim unless given
-    pairing: Pairing = "half"  # rotary methods: which features form a pair
+    pairing: Pairing | None = None  # rotary methods: which features form a pair (None: the method's own)
     rotary_dim: int | None = None  # rotary methods: rotate the first rotary_dim features (default: all)
     dtype: torch.dtype = torch.float32  # the compute dtype of tables and scores
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -167,6 +167,11 @@ class Applier:
                 (missing[0],),
                 f"{self.spec.name!r} reads the layer input {missing[0]!r}; give it",
             )
+
+    @property
+    def pairing(self) -> Pairing | None:
+        """The features that rotate together (rotary methods); None for the others."""
+        return None
 
     def check_axes(self, axes: int, loc: tuple[str, ...] = ("grid",)) -> None:
         """Refuse positions with ``axes`` coordinates for a method that encodes another number of axes (0: the
@@ -760,8 +765,24 @@ class RotaryApplier(Applier):
     def rotary_dim(self) -> int:
         return self.layer.rotary_dim if self.layer.rotary_dim is not None else self.layer.head_dim
 
+    @property
+    def pairing(self) -> Pairing:
+        """The pairing rotated in: the layer's, else the method's own (the first of its ``pairings``)."""
+        chosen = self.layer.pairing if self.layer.pairing is not None else self.spec.pairings[0]
+        return cast(Pairing, chosen)
+
+    def check_pairing(self) -> None:
+        """Refuse a pairing the method cannot rotate in (block rotations have one layout), never ignore it."""
+        if self.pairing not in self.spec.pairings:
+            raise InvalidInput(
+                ("pairing",),
+                f"{self.spec.name!r} rotates in {' or '.join(self.spec.pairings)} pairing only (its rotations act "
+                f"on blocks of adjacent features); got {self.pairing!r}",
+            )
+
     def check(self, *, has_x: bool = True, has_v: bool = True) -> None:
         super().check(has_x=has_x, has_v=has_v)
+        self.check_pairing()
         if self.layer.rotary_dim is None and self.layer.head_dim % 2:
             raise InvalidInput(
                 ("q", "shape"),
@@ -821,7 +842,7 @@ class RotaryApplier(Applier):
         cos, sin, scale, _ = self.tables(pos, seq_len)
         if keys and scale is not None:
             scale = 1.0 / scale
-        return apply_rotary(t.to(cos.dtype), cos, sin, pairing=self.layer.pairing, scale=scale)
+        return apply_rotary(t.to(cos.dtype), cos, sin, pairing=self.pairing, scale=scale)
 
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
@@ -852,7 +873,7 @@ class RotaryApplier(Applier):
             return cos, sin, scale
 
         cos, sin, scale = self._cached(("rotary", length, str(device)), build)
-        pairing = self.layer.pairing
+        pairing = self.pairing
         q = apply_rotary(q, cos, sin, pairing=pairing, scale=scale)
         k = apply_rotary(k, cos, sin, pairing=pairing, scale=None if scale is None else scale.reciprocal())
         return q, k
@@ -968,4 +989,5 @@ def rotary_applier(spec: MethodSpec, params: MethodParams, layer: Layer) -> Rota
     applier = build_applier(spec, params, layer)
     if not isinstance(applier, RotaryApplier):
         raise InvalidInput(("method",), f"{spec.name!r} is a {spec.kind.value} method, not a rotary one")
+    applier.check_pairing()
     return applier

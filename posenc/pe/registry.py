@@ -97,6 +97,9 @@ class MethodSpec:
     # Rotary methods that treat pairs by band: (params, rotary_dim) -> per pair (band name, interpolation weight
     # w_k: 0 keeps ω_k, 1 divides it by the factor), as the method itself decides them (/v1/rope/frequencies).
     bands: Callable[..., list[tuple[str, float]]] | None = None
+    # Rotary methods: the pairings the method can rotate in, its own first (what a request that names none gets).
+    # Block rotations (R(p) = expm(Σ p_a G_a) on b adjacent features) have one layout and refuse the other.
+    pairings: tuple[str, ...] = ("half", "interleaved")
 
     def training_params(self, raw_params: dict[str, Any] | None) -> dict[str, Any]:
         """The raw params a training model builds this method with: the job's own, plus ``training_defaults`` for
@@ -157,6 +160,7 @@ def _method_info(self: MethodSpec) -> MethodInfo:
         model_coupled=self.state_init is not None,
         config_spellings=list(self.config_spellings),
         config_keys=list(self.config_keys),
+        pairings=list(self.pairings) if self.kind is Kind.ROTARY else [],
         params_schema=self.params_model.model_json_schema(),
         conventions=dict(self.conventions),
     )
@@ -194,6 +198,7 @@ def register(
     config_keys: tuple[str, ...] = (),
     length_dependent: bool = False,
     bands: Callable[..., list[tuple[str, float]]] | None = None,
+    pairings: tuple[str, ...] = ("half", "interleaved"),
 ) -> Callable[[F], F]:
     """Register ``fn`` under ``name``; a second registration of the same name is an error.
 
@@ -216,6 +221,8 @@ def register(
         if set(config_spellings) & set(taken):
             clash = sorted(set(config_spellings) & set(taken))[0]
             raise ValueError(f"{name}: config spelling {clash!r} already names {taken[clash]!r}")
+        if not pairings or set(pairings) - {"half", "interleaved"}:
+            raise ValueError(f"{name}: pairings are some of 'half' and 'interleaved', got {pairings}")
         if (length_dependent or bands is not None) and kind is not Kind.ROTARY:
             raise ValueError(f"{name}: length_dependent and bands describe rotary frequencies")
         if not (inspect.getdoc(fn) or "").strip():
@@ -258,6 +265,7 @@ def register(
             config_keys=tuple(config_keys),
             length_dependent=length_dependent,
             bands=bands,
+            pairings=tuple(pairings),
         )
         return fn
 

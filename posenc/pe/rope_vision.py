@@ -51,6 +51,10 @@ MAX_SEEDED_ELEMENTS = 2**26
 # matrix_exp costs O(b³) per token and block: a b x b block larger than this is refused by the schema.
 MAX_BLOCK_SIZE = 256
 
+# The rotations act on blocks of b adjacent features (interleaved pairs for b = 2): the one layout these methods
+# have, so a request for half pairing is refused rather than ignored.
+BLOCK_LAYOUT = ("interleaved",)
+
 GridSize = Annotated[int, Field(ge=1, le=1_048_576)]
 BlockSize = Annotated[int, Field(ge=2, le=MAX_BLOCK_SIZE)]
 
@@ -151,6 +155,7 @@ def rope_mixed_learned_init(params: RopeMixedParams, ctx: RotaryContext) -> dict
     learned=True,
     per_layer=True,
     learned_init=rope_mixed_learned_init,
+    pairings=BLOCK_LAYOUT,
     conventions={
         "positions": "(N, 2) int (row, col) = (y, x): axis 0 (row) turns by f_y, axis 1 (column) by f_x; "
         "integer patch indices, no rescaling at a new resolution (the reference extrapolates in position)",
@@ -246,6 +251,7 @@ def liere_position_scale(params: LiereParams) -> tuple[float, ...]:
     learned=True,
     per_layer=True,
     learned_init=liere_learned_init,
+    pairings=BLOCK_LAYOUT,
     conventions={
         "positions": "(N, 2) int (row, col), as the reference's cartesian_prod; 3D (video) is not registered",
         "orientation": "G = triu(U, 1) − triu(U, 1)ᵀ exactly as the reference, so a reference U gives the "
@@ -358,6 +364,7 @@ def _comrope_tensors(params: ComropeParams, ctx: RotaryContext) -> Mapping[str, 
     learned=True,
     per_layer=True,
     learned_init=comrope_learned_init,
+    pairings=BLOCK_LAYOUT,
     conventions={
         "positions": "(N, 2) int (row, col), as the reference; 3D (video) is not registered",
         "position_scale": "grid n: u = (p + 0.5)/n per axis (the reference's axis_scale); no grid: u = p",

@@ -115,16 +115,22 @@ def rotation(
     method: str | None,
     params: Mapping[str, Any],
     rotary_dim: int,
-    pairing: Pairing,
+    pairing: Pairing | None,
     config: Mapping[str, Any] | None = None,
     layer: int | None = None,
 ) -> RotarySetup:
-    """The one way a request's rotation is resolved: a method with its params, rotated features and pairing, or a
-    model config's layer (``posenc.real_models.configs.config_layer``: errors at ("config", …) and ("layer",); a
-    NoPE layer refused at ("layer",))."""
+    """The one way a request's rotation is resolved: a method with its params, rotated features and pairing (None:
+    the method's own, the first of its registered ``pairings``), or a model config's layer
+    (``posenc.real_models.configs.config_layer``: errors at ("config", …) and ("layer",); a NoPE layer refused at
+    ("layer",))."""
     if config is None:
         if method is None:
             raise InvalidInput(("method",), "give a rotary method, or a config and a layer")
+        if pairing is None:
+            try:
+                pairing = cast(Pairing, get_method(method).pairings[0])
+            except UnknownMethodError:
+                pairing = "half"  # the method is refused, naming it, when the setup is applied
         return RotarySetup(method, dict(params), rotary_dim, pairing)
     if layer is None:
         raise InvalidInput(("layer",), "a config needs the index of the layer whose rotation is meant")

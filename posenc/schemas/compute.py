@@ -156,15 +156,18 @@ class RotaryRequest(_Request):
         description="added to the default positions (KV-cache decoding); offset + N - 1 <= 2^26, the largest "
         "position whose angles are exact to float32 rounding",
     )
-    pairing: Literal["half", "interleaved"] = Field(
-        default="half",
-        description="half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta)",
+    pairing: Literal["half", "interleaved"] | None = Field(
+        default=None,
+        description="half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta); "
+        "default the method's own (GET /v1/methods: pairings); one the method cannot rotate in is refused",
     )
     rotate: Literal["both", "query"] = Field(default="both", description="query: rotate q only (cross-attention)")
     rotary_dim: int | None = Field(
         default=None, ge=2, description="rotate only the first rotary_dim features (partial rotary); even"
     )
-    return_tables: bool = Field(default=False, description="also return cos and sin (N, rotary_dim)")
+    return_tables: bool = Field(
+        default=False, description="also return cos and sin, (N, rotary_dim / 2) each: one angle per rotated pair"
+    )
     dtype: FloatDType | None = Field(default=None, description="output dtype; default the dtype of q")
 
     @model_validator(mode="after")
@@ -239,7 +242,9 @@ class AttentionRequest(_Request):
     )
     stats: bool = Field(default=True, description="per-head entropy, mean distance, mass by distance")
     scale: float | None = Field(default=None, gt=0, description="logit scale; default 1/sqrt(D)")
-    pairing: Literal["half", "interleaved"] = "half"
+    pairing: Literal["half", "interleaved"] | None = Field(
+        default=None, description="rotary methods: half or interleaved; default the method's own"
+    )
     dtype: FloatDType | None = None
 
     @property

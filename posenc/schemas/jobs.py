@@ -248,10 +248,11 @@ class ModelSpec(_Strict):
     dim: int = Field(default=128, ge=8, le=4096)
     heads: int = Field(default=4, ge=1, le=256)
     ffn_mult: int = Field(default=4, ge=1, le=16)
-    pairing: Literal["half", "interleaved"] = Field(
-        default="half",
+    pairing: Literal["half", "interleaved"] | None = Field(
+        default=None,
         description="rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or "
-        "interleaved (GPT-J/Meta)",
+        "interleaved (GPT-J/Meta); default each method's own (GET /v1/methods: pairings), a pairing a method "
+        "cannot rotate in is refused",
     )
     cls_token: bool = Field(
         default=True,

@@ -49,6 +49,11 @@ class MethodInfo(BaseModel):
     config_keys: list[str] = Field(
         default_factory=list, description="real models' configs: the keys of a rope dict this method reads"
     )
+    pairings: list[str] = Field(
+        default_factory=list,
+        description="rotary methods: the pairings it rotates in, its own first (a request that names none gets it; "
+        "another is refused)",
+    )
     params_schema: dict[str, Any] = Field(description="JSON schema of 'params', with the paper's defaults")
     conventions: dict[str, str] = Field(
         default_factory=dict, description="the conventions papers disagree on, and which one this method follows"

@@ -54,7 +54,7 @@ class ModelConfig:
     params: dict[str, Any] = field(default_factory=dict)  # the method's raw (JSON) params
     ffn_mult: int = 4
     train_length: int = 128  # the context learned methods are initialised for
-    pairing: Literal["half", "interleaved"] = "half"  # rotary methods: the feature pairs q and k rotate
+    pairing: Literal["half", "interleaved"] | None = None  # rotary methods: the pairs q, k rotate (None: the method's)
     # a layer pattern: every layer's resolved setup (``posenc.patterns.LayerSetup.to_json``); None: ``method``
     # and ``params`` in every layer
     layer_setups: list[dict[str, Any]] | None = None

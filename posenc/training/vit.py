@@ -45,7 +45,7 @@ class ViTConfig:
     params: dict[str, Any] = field(default_factory=dict)  # the method's raw (JSON) params
     ffn_mult: int = 4
     cls_token: bool = True
-    pairing: Literal["half", "interleaved"] = "half"
+    pairing: Literal["half", "interleaved"] | None = None  # None: the method's own
 
     @property
     def head_dim(self) -> int:

@@ -80,7 +80,8 @@ def test_from_layer_refuses_a_nope_layer() -> None:
     [
         (rd.RotarySetup("no_such_method", {}, 8), ("setup", "method")),
         (rd.RotarySetup("alibi", {}, 8), ("setup", "method")),
-        (rd.RotarySetup("rope_mixed", {}, 8), ("setup", "method")),  # block rotations: no angle per pair
+        (rd.RotarySetup("rope_mixed", {}, 8, "interleaved"), ("setup", "method")),  # block rotations: no angle
+        (rd.RotarySetup("rope_mixed", {}, 8, "half"), ("setup", "pairing")),  # blocks of adjacent features only
         (rd.RotarySetup("rope_linear", {"factor": 0.5}, 8), ("setup", "params", "factor")),
         (rd.RotarySetup("rope", {}, 7), ("setup", "rotary_dim")),
         (rd.RotarySetup("rope", {}, 8, "zigzag"), ("setup", "pairing")),  # type: ignore[arg-type]

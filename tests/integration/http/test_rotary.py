@@ -147,6 +147,45 @@ def test_every_rotary_method_matches_the_library(
     assert meta["attention_scale"] == freqs.attention_scale
 
 
+@pytest.mark.parametrize("spec", list_methods(Kind.ROTARY), ids=lambda spec: spec.name)
+def test_a_pairing_is_honoured_or_refused_and_the_answer_says_which_was_applied(
+    client: TestClient, wire: Any, inline: Any, example_params: Any, spec: MethodSpec
+) -> None:
+    """Each pairing a method lists rotates differently from the other (half pairs (k, k + d/2), interleaved
+    (2k, 2k + 1)) and is echoed; one it does not list is a 422 at body.pairing; none given is its own."""
+    raw_params = example_params(spec.name)
+    extra, _ = _case(spec, raw_params, inline)
+    q = torch.randn(1, 2, 6, 8, generator=torch.Generator().manual_seed(5))
+    base = {"method": spec.name, "params": raw_params, "q": inline(q), "rotate": "query"} | extra
+    accept = {"Accept": "application/vnd.safetensors"}
+    rotated = {}
+    for pairing in ("half", "interleaved"):
+        response = client.post("/v1/rotary", json=base | {"pairing": pairing}, headers=accept)
+        if pairing not in spec.pairings:
+            assert response.status_code == 422, response.text
+            assert response.json()["errors"][0]["loc"] == ["body", "pairing"]
+            continue
+        assert response.status_code == 200, response.text
+        tensors, meta = wire.safetensors(response)
+        assert meta["pairing"] == pairing
+        rotated[pairing] = tensors["q"]
+    if len(rotated) == 2:
+        assert not torch.equal(rotated["half"], rotated["interleaved"])
+    response = client.post("/v1/rotary", json=base, headers=accept)
+    assert response.status_code == 200, response.text
+    tensors, meta = wire.safetensors(response)
+    assert meta["pairing"] == spec.pairings[0]
+    torch.testing.assert_close(tensors["q"], rotated[spec.pairings[0]], rtol=0, atol=0)
+
+
+def test_the_catalogue_lists_each_rotary_method_s_pairings(client: TestClient) -> None:
+    methods = {entry["name"]: entry for entry in client.get("/v1/methods").json()["data"]}
+    assert methods["rope"]["pairings"] == ["half", "interleaved"]
+    for name in ("rope_mixed", "liere", "comrope"):  # rotations of blocks of adjacent features
+        assert methods[name]["pairings"] == ["interleaved"]
+    assert methods["alibi"]["pairings"] == []
+
+
 def test_xpos_scales_queries_up_and_keys_down(client: TestClient, wire: Any, inline: Any) -> None:
     ones = {"random": {"shape": [1, 1, 4, 8], "seed": 0}}
     request = {"method": "xpos", "q": ones, "k": ones, "positions": [0, 1, 2, 300]}

@@ -105,7 +105,7 @@ class Rotary(SyncResource):
 
         ``method`` (default ``"rope"``) and ``params``, or a model's ``config`` (a config.json path or its dict)
         and ``layer``: that layer's method, params, rotated slice and pairing, as ``client.models.resolve``
-        reports them. ``pairing`` defaults to half (rotate_half).
+        reports them. ``pairing`` defaults to the method's own (half, rotate_half, for all but the block rotations).
         """
         request = _rotary_request(
             q,
