@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from posenc.compute.common import (
 )
 from posenc.compute.dispatch import prepare
 from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
+from posenc.files import write_atomic, write_json_atomic
 from posenc.schemas.jobs import ComputeJobSpec
 from posenc.tensors import dtype_name
 
@@ -85,7 +85,7 @@ def run_compute_job(spec: ComputeJobSpec, *, job_dir: Path, max_bytes: int | Non
         check_job_budget(prepared, max_bytes)
     computed = prepared.run()
     tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in computed.tensors.items()}
-    _write_atomic(
+    write_atomic(
         job_dir / ARTIFACT_NAME,
         lambda path: safetensors.torch.save_file(tensors, str(path), metadata=safetensors_metadata(computed.meta)),
     )
@@ -95,21 +95,8 @@ def run_compute_job(spec: ComputeJobSpec, *, job_dir: Path, max_bytes: int | Non
         "meta": _jsonable(computed.meta),
         "artifact": ARTIFACT_NAME,
     }
-    _write_atomic(
-        result_file, lambda path: path.write_text(json.dumps(result, indent=1, allow_nan=False), encoding="utf-8")
-    )
+    write_json_atomic(result_file, result)
     return result
-
-
-def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """Write to a hidden temporary name beside ``path`` (never listed as an artifact), then rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _jsonable(value: Any) -> Any:

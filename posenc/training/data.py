@@ -31,6 +31,7 @@ import torch
 
 from posenc.corpora import corpus_file, data_directories
 from posenc.errors import InvalidInput
+from posenc.files import write_text_atomic
 from posenc.tasks.base import BOS, EOS, PAD, SEP, Instance
 
 STDLIB_CORPUS_CHARS = 3_000_000  # a few MB: enough for 1000s of steps at B=32, T=128 without repeating much
@@ -88,10 +89,7 @@ def stdlib_corpus(cache_dir: Path | None = None) -> str:
     if cached.is_file():
         return cached.read_text(encoding="utf-8")
     text = build_stdlib_corpus(STDLIB_CORPUS_CHARS)
-    directory.mkdir(parents=True, exist_ok=True)
-    temporary = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, cached)
+    write_text_atomic(cached, text)
     return text
 
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from posenc.files import read_json, write_json_atomic
 from posenc.jobspec import validate_spec
 from posenc.schemas.jobs import JobSpec
 from posenc.tasks import family_of
 from posenc.tasks.suites import suite_specs
 from posenc.training.families import trainer_for
-from posenc.training.files import read_json, write_json_atomic
 from posenc.training.hooks import JobHooks
 from posenc.training.jobs import (
     RESULT_NAME,

@@ -40,6 +40,7 @@ from typing import Any
 
 from posenc.errors import InvalidInput
 from posenc.extension import BASE_LABEL, arms, finetune_job_spec
+from posenc.files import read_json, write_bytes_atomic, write_json_atomic
 from posenc.jobspec import validate_spec
 from posenc.pe import get_method
 from posenc.schemas.jobs import JobKind, JobSpec, MethodRef
@@ -47,7 +48,7 @@ from posenc.tasks import Family, family_of
 from posenc.tasks.base import SPEC
 from posenc.tasks.suites import SUITES, mean_reciprocal_rank, suite_specs
 from posenc.training.families import PreparedData, Trainer, trainer_for
-from posenc.training.files import load_model, read_json, save_model, write_bytes_atomic, write_json_atomic
+from posenc.training.files import load_model, save_model
 from posenc.training.findings import findings
 from posenc.training.hooks import JobCancelled, JobHooks, Progress
 from posenc.training.model import count_parameters

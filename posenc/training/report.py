@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from posenc.training.files import write_bytes_atomic
+from posenc.files import write_bytes_atomic
 
 Row = dict[str, Any]
 BASE_COLUMNS = ("method", "seed", "size")

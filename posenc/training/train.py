@@ -14,7 +14,6 @@ step (raising :class:`JobCancelled`), ``progress`` after it.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from posenc.files import write_atomic
 from posenc.schemas.jobs import TrainSpec
 from posenc.training.graph_task import GraphModelConfig, GraphTransformer
 from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
@@ -119,11 +119,8 @@ def sequence_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def atomic_torch_save(state: dict[str, Any], path: Path) -> None:
-    """torch.save to a temporary file in the same directory, then os.replace: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
+    """torch.save, atomically (``posenc.files.write_atomic``): never a half-written file."""
+    write_atomic(path, lambda temporary: torch.save(state, temporary))
 
 
 def _fingerprint(config: AnyConfig, seed: int, spec: TrainSpec) -> dict[str, Any]:
