@@ -7,6 +7,7 @@ import binascii
 import math
 from collections.abc import Sequence
 
+import safetensors.torch
 import torch
 
 from posenc.errors import InvalidInput
@@ -52,7 +53,29 @@ def to_torch(tensor: TensorIn | torch.Tensor, loc: Loc, *, allow_non_finite: boo
         return tensor
     if isinstance(tensor, RandomTensor):
         return random_tensor(tensor)
-    return _decode_data(tensor, loc, allow_non_finite=allow_non_finite)
+    body = tensor.body_tensor()
+    values: torch.Tensor = body if body is not None else _decode_data(tensor, loc)
+    if values.is_floating_point() and not allow_non_finite and not bool(torch.isfinite(values).all()):
+        bad = int((~torch.isfinite(values)).sum())
+        raise InvalidInput((*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here")
+    return values
+
+
+class SafetensorsBody:
+    """The bytes of a safetensors request body: its tensors are decoded together on first use, which comes after
+    the request's budgets were checked against the shapes its header declares (``TensorData.from_body``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._decoded: dict[str, torch.Tensor] | None = None
+
+    def tensor(self, name: str) -> torch.Tensor:
+        if self._decoded is None:
+            try:
+                self._decoded = safetensors.torch.load(self._data)
+            except Exception as exc:  # the library raises its own SafetensorError on corrupt data
+                raise InvalidInput(("body",), f"not a readable safetensors file: {exc}") from None
+        return self._decoded[name]
 
 
 def random_tensor(tensor: RandomTensor) -> torch.Tensor:
@@ -66,17 +89,12 @@ def random_tensor(tensor: RandomTensor) -> torch.Tensor:
     return values.to(TORCH_DTYPES[spec.dtype])
 
 
-def _decode_data(tensor: TensorData, loc: Loc, *, allow_non_finite: bool) -> torch.Tensor:
+def _decode_data(tensor: TensorData, loc: Loc) -> torch.Tensor:
     dtype = TORCH_DTYPES[tensor.dtype]
     if tensor.base64 is not None:
-        values = _from_base64(tensor.base64, tensor.dtype, tensor.shape, (*loc, "base64"))
-    else:
-        assert tensor.data is not None  # the schema guarantees one payload
-        values = _from_array(tensor.data, dtype).reshape(tensor.shape)
-    if values.is_floating_point() and not allow_non_finite and not bool(torch.isfinite(values).all()):
-        bad = int((~torch.isfinite(values)).sum())
-        raise InvalidInput((*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here")
-    return values
+        return _from_base64(tensor.base64, tensor.dtype, tensor.shape, (*loc, "base64"))
+    assert tensor.data is not None  # the schema guarantees one payload
+    return _from_array(tensor.data, dtype).reshape(tensor.shape)
 
 
 def _from_base64(encoded: str, dtype: str, shape: list[int], loc: Loc) -> torch.Tensor:

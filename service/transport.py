@@ -18,12 +18,10 @@ import io
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pydantic_core
-import safetensors.torch
 import torch
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
@@ -32,8 +30,8 @@ from starlette.types import Receive, Scope, Send
 from posenc.compute import OutputSpec, TensorResult, safetensors_metadata
 from posenc.errors import InvalidInput
 from posenc.schemas.errors import Problem
-from posenc.schemas.tensors import TensorResponse
-from posenc.tensors import dtype_name, le_bytes, to_wire
+from posenc.schemas.tensors import TensorData, TensorDType, TensorResponse
+from posenc.tensors import SafetensorsBody, dtype_name, le_bytes, to_wire
 from service.errors import ProblemError, validation_error
 
 JSON = "application/json"
@@ -46,7 +44,7 @@ _ALIASES = {"application/x-safetensors": SAFETENSORS, "*/*": JSON, "application/
 SAFETENSORS_TYPES = (SAFETENSORS, "application/x-safetensors")  # request bodies read as safetensors files
 
 # safetensors header dtype codes <-> our dtype names (the ones a request may carry)
-_SAFETENSORS_DTYPES = {
+_SAFETENSORS_DTYPES: dict[str, TensorDType] = {
     "F32": "float32",
     "F64": "float64",
     "BF16": "bfloat16",
@@ -143,7 +141,7 @@ def render(result: TensorResult, media_type: str, requested: str | None = None) 
     return Response(content=raw_bytes(tensor), media_type=OCTET_STREAM, headers=headers)
 
 
-_SAFETENSORS_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
+_SAFETENSORS_CODES: dict[str, str] = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
 
 
 def json_answer(value: Any) -> Response:
@@ -204,36 +202,7 @@ M = TypeVar("M", bound=BaseModel)
 NESTED_GROUPS = ("params", "state")
 
 
-class BinaryTensors:
-    """Tensors of a safetensors request body, decoded on first use (after the size checks).
-
-    What ``posenc.compute`` reads through its ``BinaryTensors`` protocol (``name in binary``, ``binary.get(name)``).
-    """
-
-    def __init__(self, body: bytes, declared: Mapping[str, tuple[str, list[int]]]) -> None:
-        self._body = body
-        self.declared = dict(declared)  # name -> (dtype, shape) from the header
-        self._decoded: dict[str, torch.Tensor] | None = None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.declared
-
-    def get(self, name: str) -> torch.Tensor:
-        if self._decoded is None:
-            try:
-                self._decoded = safetensors.torch.load(self._body)
-            except Exception as exc:  # the library raises its own SafetensorError on corrupt data
-                raise InvalidInput(("body",), f"not a readable safetensors file: {exc}") from None
-        return self._decoded[name]
-
-
-@dataclass
-class ParsedRequest(Generic[M]):
-    request: M
-    binary: BinaryTensors | None = None
-
-
-def parse_json_request(body: bytes, model: type[M]) -> ParsedRequest[M]:
+def parse_json_request(body: bytes, model: type[M]) -> M:
     """Parse the body into plain Python values, then validate them; 400 for JSON that does not parse.
 
     Not ``model_validate_json``: it holds the whole document in pydantic-core's own form while it validates,
@@ -248,19 +217,16 @@ def parse_json_request(body: bytes, model: type[M]) -> ParsedRequest[M]:
         error = {"type": "json_invalid", "loc": (), "msg": f"Invalid JSON: {exc}", "input": None}
         raise validation_error([error], ("body",)) from None
     try:
-        return ParsedRequest(model.model_validate(document))
+        return model.model_validate(document)
     except ValidationError as exc:
         raise validation_error(exc.errors(include_url=False, include_input=False), ("body",)) from None
 
 
-def parse_safetensors_request(
-    body: bytes, model: type[M], tensor_names: frozenset[str], max_header_bytes: int
-) -> ParsedRequest[M]:
-    """Read the header only; tensors become placeholders with their declared dtype and shape.
-
-    The placeholders let the request model validate and the size budgets run on the declared shapes
-    before a single tensor byte is decoded. The header is JSON, so it is held to the JSON body cap
-    (``max_header_bytes``): tensors belong in the file, not inline in ``__metadata__["request"]``.
+def parse_safetensors_request(body: bytes, model: type[M], tensor_names: frozenset[str], max_header_bytes: int) -> M:
+    """The request of a safetensors body: its header checked (the JSON cap, ``max_header_bytes``, holds it, so
+    tensors belong in the file, not inline in ``__metadata__["request"]``; every tensor a field of the route), the
+    tensors put in their fields as ``TensorData.from_body`` (the declared dtype and shape, decoded from the body on
+    first use, after the budgets): downstream, an input is read the same way whether JSON or the file carried it.
     """
     header = _safetensors_header(body, max_header_bytes)
     metadata = header.pop("__metadata__", None) or {}
@@ -272,7 +238,7 @@ def parse_safetensors_request(
     if not isinstance(fields, dict):
         raise InvalidInput(("body", "__metadata__", "request"), "must be a JSON object")
 
-    declared: dict[str, tuple[str, list[int]]] = {}
+    source = SafetensorsBody(body)
     for name, info in header.items():
         group, _, member = name.partition(".")
         nested = group in NESTED_GROUPS and bool(member) and f"{group}." in tensor_names
@@ -295,13 +261,11 @@ def parse_safetensors_request(
                 f"unsupported safetensors dtype {info.get('dtype')!r}; use one of {', '.join(_SAFETENSORS_DTYPES)}",
             )
         shape = [int(size) for size in info.get("shape", [])]
-        declared[name] = (dtype, shape)
-        target[key] = {"dtype": dtype, "shape": shape, "base64": ""}  # placeholder, never decoded
+        target[key] = TensorData.from_body(dtype, shape, source, name)
     try:
-        request = model.model_validate(fields)
+        return model.model_validate(fields)
     except ValidationError as exc:
         raise validation_error(exc.errors(include_url=False, include_input=False), ("body",)) from None
-    return ParsedRequest(request, BinaryTensors(body, declared))
 
 
 def _safetensors_header(body: bytes, max_header_bytes: int) -> dict[str, Any]:

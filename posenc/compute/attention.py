@@ -6,13 +6,11 @@ import math
 
 from posenc.attention import attention_maps, attention_statistics, compute_dtype_for
 from posenc.compute.common import (
-    BinaryTensors,
     OutputSpec,
     Prepared,
     TensorResult,
     method_meta,
     parse_params,
-    with_binary_params,
 )
 from posenc.compute.inputs import (
     declared,
@@ -42,7 +40,7 @@ from posenc.tensors import dtype_name, torch_dtype
 WORK_PER_SCORE = 100
 
 
-def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = None) -> Prepared:
+def prepare_attention(request: AttentionRequest) -> Prepared:
     spec = get_method(request.method)
     params = parse_params(spec, request.params)
     q_dtype, q_shape = float_input(request.q, ("q",), 4, "(B, H, Nq, D)")
@@ -135,15 +133,15 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
         workspace_elements += batch * heads * q_len * width  # per-row mass by distance
 
     def run() -> TensorResult:
-        q = decode(request.q, "q", binary)
-        k = decode(request.k, "k", binary)
-        v = None if request.v is None else decode(request.v, "v", binary)
-        x = None if request.x is None else decode(request.x, "x", binary)
-        mask = None if request.key_padding_mask is None else decode_mask(request.key_padding_mask, binary)
+        q = decode(request.q, "q")
+        k = decode(request.k, "k")
+        v = None if request.v is None else decode(request.v, "v")
+        x = None if request.x is None else decode(request.x, "x")
+        mask = None if request.key_padding_mask is None else decode_mask(request.key_padding_mask)
         state = (
             None
             if request.state is None
-            else {name: decode(value, f"state.{name}", binary) for name, value in request.state.items()}
+            else {name: decode(value, f"state.{name}") for name, value in request.state.items()}
         )
         maps = attention_maps(
             q,
@@ -151,14 +149,14 @@ def prepare_attention(request: AttentionRequest, binary: BinaryTensors | None = 
             v=v,
             x=x,
             spec=spec,
-            params=with_binary_params(params, binary),
+            params=params,
             causal=causal,
             key_padding_mask=mask,
             scale=request.scale,
             pairing=request.pairing,
             query_offset=query_offset,
             state=state,
-            positions=None if layout.build is None else layout.build(binary),
+            positions=None if layout.build is None else layout.build(),
             graph=graph,
         )
         tensors = {"weights": maps.weights.to(torch_dtype(out_dtype))}

@@ -109,7 +109,7 @@ def _prepare_bias_layout(request: BiasRequest, spec: MethodSpec, params: MethodP
 
     def run() -> TensorResult:
         assert layout.build is not None
-        pos = layout.build(None)
+        pos = layout.build()
         bias = applier.bias(pos, pos)  # (H, N, N)
         if causal:
             order = torch.arange(tokens)

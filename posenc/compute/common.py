@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pydantic_core
 import torch
@@ -65,14 +65,6 @@ class OutputSpec:
 class TensorResult:
     tensors: dict[str, torch.Tensor]  # in response order; the first is the default single tensor
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-class BinaryTensors(Protocol):
-    """Input tensors that came in a binary (safetensors) request body, by request field name."""
-
-    def __contains__(self, name: object, /) -> bool: ...
-
-    def get(self, name: str, /) -> torch.Tensor: ...
 
 
 # Work units (about 1 ns of one core, posenc.compute.cost) per 4 bytes a tensor route writes or reads: its
@@ -136,15 +128,6 @@ def resolve_method(name: str, *kinds: Kind) -> MethodSpec:
     except InvalidInput as exc:
         raise InvalidInput(exc.loc, f"{exc.msg}: POST /v1/attention applies every method") from None
     return spec
-
-
-def with_binary_params(params: MethodParams, binary: BinaryTensors | None) -> MethodParams:
-    """The params with every tensor parameter that came in a safetensors body (``params.<name>``) decoded;
-    the method reads a torch tensor as it is."""
-    if binary is None:
-        return params
-    supplied = {name: binary.get(f"params.{name}") for name in type(params).model_fields if f"params.{name}" in binary}
-    return params.model_copy(update=supplied) if supplied else params
 
 
 def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:

@@ -7,7 +7,7 @@ import dataclasses
 
 from posenc.compute.attention import prepare_attention
 from posenc.compute.bias import prepare_bias
-from posenc.compute.common import BinaryTensors, Prepared, TensorResult
+from posenc.compute.common import Prepared, TensorResult
 from posenc.compute.encodings import prepare_encoding
 from posenc.compute.rotary import prepare_rotary
 from posenc.errors import located
@@ -15,11 +15,11 @@ from posenc.schemas.compute import AttentionRequest, BiasRequest, EncodingReques
 from posenc.schemas.jobs import ComputeRequest, ComputeRoute
 
 
-def prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors | None = None) -> Prepared:
+def prepare(route: ComputeRoute, request: ComputeRequest) -> Prepared:
     """The ``prepare_*`` of ``route``; ``request`` must be that route's request model. Errors of the request,
     and of the math it runs, name their field under ``body``."""
     with located(("body",)):
-        prepared = _prepare(route, request, binary)
+        prepared = _prepare(route, request)
     run = prepared.run
 
     def run_located() -> TensorResult:
@@ -29,13 +29,13 @@ def prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors 
     return dataclasses.replace(prepared, run=run_located)
 
 
-def _prepare(route: ComputeRoute, request: ComputeRequest, binary: BinaryTensors | None) -> Prepared:
+def _prepare(route: ComputeRoute, request: ComputeRequest) -> Prepared:
     if route == "bias" and isinstance(request, BiasRequest):
         return prepare_bias(request)
     if route == "rotary" and isinstance(request, RotaryRequest):
-        return prepare_rotary(request, binary)
+        return prepare_rotary(request)
     if route == "encodings" and isinstance(request, EncodingRequest):
         return prepare_encoding(request)
     if route == "attention" and isinstance(request, AttentionRequest):
-        return prepare_attention(request, binary)
+        return prepare_attention(request)
     raise TypeError(f"route {route!r} does not take a {type(request).__name__}")

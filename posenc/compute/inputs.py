@@ -1,5 +1,7 @@
-"""Input tensors declared by a request (read without decoding), decoded when the work runs, and the token layout
-(a grid, a graph or explicit positions) checked against the method before anything is allocated."""
+"""Input tensors declared by a request (their dtype and shape read without decoding), turned into torch tensors
+when the work runs, and the token layout (a grid, a graph or explicit positions) checked against the method before
+anything is allocated. A tensor of a safetensors body arrives already decoded (``TensorData.from_body``): every
+input is read the same way, whatever carried it."""
 
 from __future__ import annotations
 
@@ -11,10 +13,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
-from posenc.compute.common import (
-    BinaryTensors,
-    Loc,
-)
+from posenc.compute.common import Loc
 from posenc.errors import InvalidInput
 from posenc.pe import (
     MethodParams,
@@ -60,34 +59,13 @@ def input_elements(request: BaseModel, params: MethodParams, fields: Sequence[st
     return elements([getattr(request, name) for name in fields]) + elements(tensor_fields(params))
 
 
-def decode(value: TensorIn, name: str, binary: BinaryTensors | None) -> torch.Tensor:
-    """A float input tensor from the safetensors body if it carried one, else from the JSON field."""
-    loc: Loc = (name,)
-    if binary is not None and name in binary:
-        tensor = binary.get(name)
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise InvalidInput((*loc, "data"), f"{bad} non-finite values (NaN or infinity) are not allowed here")
-        return tensor
-    return to_torch(value, loc)
+def decode(value: TensorIn, name: str) -> torch.Tensor:
+    """A float input tensor (non-finite values refused at ``name``.data)."""
+    return to_torch(value, (name,))
 
 
-def decode_positions(value: TensorIn | list[int] | list[list[int]], binary: BinaryTensors | None) -> torch.Tensor:
-    loc: Loc = ("positions",)
-    if binary is not None and "positions" in binary:
-        tensor = binary.get("positions")
-        if tensor.is_floating_point():
-            if not bool((tensor == tensor.round()).all()):
-                raise InvalidInput(loc, "positions must be integers")
-            tensor = tensor.round()
-        return tensor.to(torch.int64)
-    return positions_tensor(value, loc)
-
-
-def decode_mask(value: TensorIn | list[list[bool]], binary: BinaryTensors | None) -> torch.Tensor:
-    if binary is not None and "key_padding_mask" in binary:
-        tensor = binary.get("key_padding_mask")
-    elif isinstance(value, list):
+def decode_mask(value: TensorIn | list[list[bool]]) -> torch.Tensor:
+    if isinstance(value, list):
         if len({len(row) for row in value}) > 1:
             raise InvalidInput(("key_padding_mask",), "rows must all have length Nk")
         tensor = torch.tensor(value, dtype=torch.bool)
@@ -142,7 +120,7 @@ class TokenLayout:
     (N, A), prefix tokens negative (posenc.pe.types); None = the default arange."""
 
     description: str
-    build: Callable[[BinaryTensors | None], torch.Tensor] | None = None
+    build: Callable[[], torch.Tensor] | None = None
 
 
 def token_layout(
@@ -169,7 +147,7 @@ def token_layout(
             )
         return TokenLayout(
             f"grid {list(grid)} with {prefix_tokens} prefix tokens, C order",
-            lambda _: grid_positions(tuple(grid), prefix_tokens),
+            lambda: grid_positions(tuple(grid), prefix_tokens),
         )
     if graph is not None:
         applier.check_axes(0, ("graph",))
@@ -179,7 +157,7 @@ def token_layout(
                 f"prefix_tokens + num_nodes = {prefix_tokens + graph.num_nodes}, but there are {tokens} tokens",
             )
 
-        def node_positions(_: BinaryTensors | None) -> torch.Tensor:
+        def node_positions() -> torch.Tensor:
             prefix = -torch.arange(1, prefix_tokens + 1, dtype=torch.int64)  # (P,)
             return torch.cat((prefix, torch.arange(graph.num_nodes, dtype=torch.int64)))  # (P + num_nodes,)
 
@@ -192,7 +170,7 @@ def token_layout(
         if len(shape) not in (1, 2) or shape[0] != tokens:
             raise InvalidInput(("positions",), f"must be (N,) or (N, A) with N = {tokens}, got {shape}")
         applier.check_axes(axes, ("positions",))
-        return TokenLayout("given", lambda binary: decode_positions(positions, binary))
+        return TokenLayout("given", lambda: positions_tensor(positions, ("positions",)))
     # no layout: positions arange(N); a multi-axis method reads them as token indices where it can (alibi_2d)
     return TokenLayout("arange")
 

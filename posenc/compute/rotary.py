@@ -8,7 +8,6 @@ import torch
 
 from posenc.attention import compute_dtype_for
 from posenc.compute.common import (
-    BinaryTensors,
     OutputSpec,
     Prepared,
     TensorResult,
@@ -58,7 +57,7 @@ def _rotary_setup(request: RotaryRequest, head_dim: int) -> tuple[RotarySetup, M
         return setup, spec, parse_params(spec, dict(setup.params))
 
 
-def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) -> Prepared:
+def prepare_rotary(request: RotaryRequest) -> Prepared:
     q_dtype, q_shape = float_input(request.q, ("q",), 4, "(B, H, N, D)")
     seq_len, head_dim = q_shape[2], q_shape[3]
     setup, spec, params = _rotary_setup(request, head_dim)
@@ -117,11 +116,11 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
     rotated_elements += applier.rotation_elements(seq_len)  # block rotations' matrices, if any
 
     def run() -> TensorResult:
-        q = decode(request.q, "q", binary)
+        q = decode(request.q, "q")
         if layout.build is None:
             positions = torch.arange(seq_len, dtype=torch.int64) + request.offset
         else:
-            positions = layout.build(binary)
+            positions = layout.build()
         context = max(int(positions.max()) if positions.numel() else 0, 0) + 1  # what dynamic scalings see
 
         def rotate(t: torch.Tensor, keys: bool) -> torch.Tensor:
@@ -134,7 +133,7 @@ def prepare_rotary(request: RotaryRequest, binary: BinaryTensors | None = None) 
 
         tensors = {"q": rotate(q, keys=False)}
         if request.k is not None:
-            k = decode(request.k, "k", binary)
+            k = decode(request.k, "k")
             tensors["k"] = rotate(k, keys=True) if rotate_k else k
         if request.return_tables:
             cos, sin, _, _ = applier.tables(positions, context)  # (N, rotary_dim/2) each, from float64 angles

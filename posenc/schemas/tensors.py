@@ -9,6 +9,11 @@ has no way to write them, and a silent ``null`` would be a wrong answer. A numbe
 parsed (``NaN``, ``Infinity``, or ``1e400`` which overflows to infinity; Python's and pydantic's parsers
 accept all three) is refused, so the only way to send a non-finite value is to name it.
 
+A tensor that came in a safetensors request body is a ``TensorData`` too: the gateway reads the body's header
+where it arrives and builds each one with ``TensorData.from_body`` (the dtype and shape the header declares, and
+the body it is decoded from on first use, once the budgets have been checked against those shapes); JSON cannot
+make one. Code downstream reads every input the same way (``posenc.tensors.to_torch``).
+
 A ``data`` list is held as a stdlib ``array.array`` from the moment it validates: one machine value per
 element (4 bytes for float32) instead of one Python object each (about 32 bytes), so a parsed request stays a
 small multiple of its body's size; it serializes back to the JSON list.
@@ -19,7 +24,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -27,6 +32,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    PrivateAttr,
     ValidationInfo,
     model_validator,
 )
@@ -209,6 +215,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class BodySource(Protocol):
+    """A request body's tensors by name (``posenc.tensors.SafetensorsBody``)."""
+
+    def tensor(self, name: str, /) -> Any: ...
+
+
 class TensorData(_Strict):
     """A tensor given inline: exactly one of ``data`` (flat, row-major) or ``base64`` (little-endian bytes)."""
 
@@ -217,11 +229,28 @@ class TensorData(_Strict):
     data: TensorValues | None = None
     base64: str | None = None
 
+    _body: tuple[BodySource, str] | None = PrivateAttr(default=None)  # (its safetensors body, its name) or None
+
     @model_validator(mode="after")
     def _one_payload(self) -> TensorData:
-        if (self.data is None) == (self.base64 is None):
+        if self._body is None and (self.data is None) == (self.base64 is None):
             raise ValueError("give exactly one of 'data' (a flat list) or 'base64' (little-endian bytes)")
         return self
+
+    @classmethod
+    def from_body(cls, dtype: TensorDType, shape: list[int], source: BodySource, name: str) -> TensorData:
+        """The tensor ``name`` of a safetensors body, as its header declares it: the third payload, besides data
+        and base64, which only the gateway's body reader makes."""
+        made = cls.model_construct(dtype=dtype, shape=shape, data=None, base64=None)
+        made._body = (source, name)
+        return made
+
+    def body_tensor(self) -> Any:
+        """The tensor a safetensors body carried (decoded on first use), or None for one given in JSON."""
+        if self._body is None:
+            return None
+        source, name = self._body
+        return source.tensor(name)
 
     @property
     def num_elements(self) -> int:

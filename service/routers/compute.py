@@ -35,8 +35,6 @@ from service.transport import (
     JSON,
     SAFETENSORS,
     SAFETENSORS_TYPES,
-    BinaryTensors,
-    ParsedRequest,
     binary_request_body,
     check_deliverable,
     content_type,
@@ -53,7 +51,6 @@ RequestT = TypeVar("RequestT", RotaryRequest, AttentionRequest)
 async def _compute(
     route: ComputeRoute,
     request: ComputeRequest,
-    binary: BinaryTensors | None,
     media_type: str,
     tensor: str | None,
     settings: Settings,
@@ -66,7 +63,7 @@ async def _compute(
     budgets = Budgets.from_settings(settings)
 
     def checked() -> Prepared:
-        prepared = prepare(route, request, binary)
+        prepared = prepare(route, request)
         with located(("body",)):
             budgets.check(prepared.cost, prepared.budget_hint, json_answer=False)
         if media_type == JSON:
@@ -88,10 +85,10 @@ def _run_and_render(prepared: Prepared, media_type: str, tensor: str | None) -> 
 
 def _json_or_safetensors(
     model: type[RequestT], tensor_fields: frozenset[str]
-) -> Callable[[Request], Awaitable[ParsedRequest[RequestT]]]:
+) -> Callable[[Request], Awaitable[RequestT]]:
     """A body dependency: JSON (``model``), or a safetensors file whose tensors stand in for ``tensor_fields``."""
 
-    async def parse(request: Request) -> ParsedRequest[RequestT]:
+    async def parse(request: Request) -> RequestT:
         body = await request.body()  # under its cap: BodySizeLimit counted it (the JSON cap unless safetensors)
         if content_type(request.headers) in SAFETENSORS_TYPES:
             settings: Settings = request.app.state.settings
@@ -122,7 +119,7 @@ def _require_json(request: Request) -> None:
 async def compute_bias(
     body: BiasRequest, media_type: MediaTypeDep, tensor: TensorNameDep, settings: SettingsDep, slots: SlotsDep
 ) -> Response:
-    return await _compute("bias", body, None, media_type, tensor, settings, slots)
+    return await _compute("bias", body, media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -134,13 +131,13 @@ async def compute_bias(
     openapi_extra=binary_request_body(RotaryRequest, sorted(ROTARY_TENSOR_FIELDS)),
 )
 async def compute_rotary(
-    parsed: Annotated[ParsedRequest[RotaryRequest], Depends(rotary_body)],
+    request: Annotated[RotaryRequest, Depends(rotary_body)],
     media_type: MediaTypeDep,
     tensor: TensorNameDep,
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return await _compute("rotary", parsed.request, parsed.binary, media_type, tensor, settings, slots)
+    return await _compute("rotary", request, media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -157,7 +154,7 @@ async def compute_encoding(
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return await _compute("encodings", body, None, media_type, tensor, settings, slots)
+    return await _compute("encodings", body, media_type, tensor, settings, slots)
 
 
 @router.post(
@@ -173,10 +170,10 @@ async def compute_encoding(
     openapi_extra=binary_request_body(AttentionRequest, sorted(ATTENTION_TENSOR_FIELDS)),
 )
 async def compute_attention(
-    parsed: Annotated[ParsedRequest[AttentionRequest], Depends(attention_body)],
+    request: Annotated[AttentionRequest, Depends(attention_body)],
     media_type: MediaTypeDep,
     tensor: TensorNameDep,
     settings: SettingsDep,
     slots: SlotsDep,
 ) -> Response:
-    return await _compute("attention", parsed.request, parsed.binary, media_type, tensor, settings, slots)
+    return await _compute("attention", request, media_type, tensor, settings, slots)

@@ -116,7 +116,7 @@ PARSE_PEAK = textwrap.dedent(
     before = status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS, so the peak below is the parse's own
     parsed = parse_json_request(body, RotaryRequest)
-    print(json.dumps({"body": len(body), "growth": status("VmHWM") - before, "q": len(parsed.request.q.data)}))
+    print(json.dumps({"body": len(body), "growth": status("VmHWM") - before, "q": len(parsed.q.data)}))
     """
 )
 
