@@ -22,6 +22,7 @@ from posenc.real_models.config_fields import check_json_value
 from posenc.real_models.configs import ResolvedConfig, config_layer, convert_config, query_temperature, resolve_config
 from posenc.real_models.mrope_positions import Segment, mrope_position_ids
 from posenc.real_models.presets import get_preset
+from posenc.real_models.serving import LOGIT_ELEMENTS, Schedules, ServingLayer, serve_check, serving_layer
 from posenc.schemas.rope import (
     CompareRequest,
     ConvertRequest,
@@ -30,6 +31,7 @@ from posenc.schemas.rope import (
     PermutationRequest,
     PositionIdsRequest,
     PrecisionRequest,
+    ServeCheckRequest,
     SetupIn,
     TemperatureRequest,
 )
@@ -185,7 +187,8 @@ def plan_temperature(request: TemperatureRequest) -> Plan[tuple[bool, list[float
         if tuning is None:
             return False, [1.0] * request.length, None
         positions = torch.arange(request.length, dtype=torch.int64) + request.offset  # (N,)
-        scale = query_temperature(positions, float(tuning["floor_scale"]), float(tuning["attn_scale"]))
+        offset = float(tuning.get("position_offset", 1.0))
+        scale = query_temperature(positions, float(tuning["floor_scale"]), float(tuning["attn_scale"]), offset)
         return True, scale.tolist(), str(tuning["formula"])
 
     return Plan(cost, run, "ask for fewer positions (length)")
@@ -257,3 +260,55 @@ def plan_resolve(config: dict[str, Any] | None, preset: str | None) -> Plan[Reso
         fields=fields(*source),
     )
     return Plan(cost, lambda: resolved)
+
+
+# Work units of the serving simulator (``posenc.real_models.serving``), per head where a head is involved.
+WORK_PER_SERVE_CALL = 600_000  # serve_check: one call of the layer's hooks on a pass (frequencies, tables, a gather)
+WORK_PER_SERVE_BLOCK = 600_000  # serve_check: one pass's logits for one variant (position term, masks, the error)
+WORK_PER_SERVE_LOGIT = 60  # serve_check: one (head, query, key) logit compared
+WORK_PER_SERVE_FEATURE = 2  # serve_check: one feature of one (head, query, key) product
+WORK_PER_SERVE_ENCODED = 20  # serve_check: one feature of one token rotated or scaled
+
+
+def plan_serve_check(request: ServeCheckRequest) -> Plan[dict[str, Any]]:
+    """Every layout's passes for the reference and each variant: the hook calls, the encoded tokens and the
+    logits, counted from the schedules before any work (``Schedules.counts``); the memory is the seeded pool of
+    q and k and a few blocks of logits."""
+    setup = request.setup
+    with located(("setup",)):
+        layer = serving_layer(
+            setup.method, setup.params, setup.rotary_dim, setup.pairing, setup.config, setup.layer, heads=request.heads
+        )
+    schedules = Schedules.build(
+        request.length,
+        request.chunk_sizes,
+        request.prefill,
+        request.batch_lengths,
+        request.documents,
+        request.sinks,
+        request.window,
+    )
+    entries, tokens, calls, pool = schedules.counts()
+    heads, dim = layer.heads, layer.dim
+    work = (
+        calls * (WORK_PER_SERVE_CALL + WORK_PER_SERVE_BLOCK)
+        + heads * entries * (WORK_PER_SERVE_LOGIT + dim * WORK_PER_SERVE_FEATURE)
+        + heads * tokens * dim * WORK_PER_SERVE_ENCODED
+    )
+    blocks = 12 * LOGIT_ELEMENTS  # one block's logits for the reference and each variant, masks and errors
+    variants = 3 * len(schedules.chunk_sizes) + 11
+    cost = Cost(
+        json_elements=20 * variants + 40,
+        work=work,
+        # the seeded pool (and its draws), the packed variants' encoded streams: 14 (H, N, d) at most
+        workspace_bytes=8 * (14 * heads * pool * dim + blocks),
+        fields=fields(
+            "length", "chunk_sizes", "prefill", "batch_lengths", "documents", "window", "heads", "setup.rotary_dim"
+        ),
+    )
+    run = functools.partial(_serve_check, layer, schedules, request.tolerance, request.seed)
+    return Plan(cost, run, "check shorter sequences (length, batch_lengths, documents), larger chunks, fewer heads")
+
+
+def _serve_check(layer: ServingLayer, schedules: Schedules, tolerance: float, seed: int) -> dict[str, Any]:
+    return serve_check(layer, schedules, tolerance=tolerance, seed=seed).to_json()

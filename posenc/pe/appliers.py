@@ -173,6 +173,15 @@ class Applier:
         """The features that rotate together (rotary methods); None for the others."""
         return None
 
+    def check_pairing(self) -> None:
+        """Refuse a pairing the method cannot rotate in (block rotations have one layout), never ignore it."""
+        if self.pairing is not None and self.pairing not in self.spec.pairings:
+            raise InvalidInput(
+                ("pairing",),
+                f"{self.spec.name!r} rotates in {' or '.join(self.spec.pairings)} pairing only (its rotations act "
+                f"on blocks of adjacent features); got {self.pairing!r}",
+            )
+
     def check_axes(self, axes: int, loc: tuple[str, ...] = ("grid",)) -> None:
         """Refuse positions with ``axes`` coordinates for a method that encodes another number of axes (0: the
         positions are the node ids of a graph)."""
@@ -770,15 +779,6 @@ class RotaryApplier(Applier):
         """The pairing rotated in: the layer's, else the method's own (the first of its ``pairings``)."""
         chosen = self.layer.pairing if self.layer.pairing is not None else self.spec.pairings[0]
         return cast(Pairing, chosen)
-
-    def check_pairing(self) -> None:
-        """Refuse a pairing the method cannot rotate in (block rotations have one layout), never ignore it."""
-        if self.pairing not in self.spec.pairings:
-            raise InvalidInput(
-                ("pairing",),
-                f"{self.spec.name!r} rotates in {' or '.join(self.spec.pairings)} pairing only (its rotations act "
-                f"on blocks of adjacent features); got {self.pairing!r}",
-            )
 
     def check(self, *, has_x: bool = True, has_v: bool = True) -> None:
         super().check(has_x=has_x, has_v=has_v)

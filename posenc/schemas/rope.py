@@ -67,7 +67,9 @@ class SetupIn(_Strict):
     method: str | None = Field(default=None, description="a registered rotary method")
     params: dict[str, Any] = Field(default_factory=dict, description="the method's params")
     rotary_dim: int = Field(default=128, ge=2, le=8192, description="rotated features per head; even")
-    pairing: Literal["half", "interleaved"] = "half"
+    pairing: Literal["half", "interleaved"] | None = Field(
+        default=None, description="half or interleaved; default the method's own (GET /v1/methods: pairings)"
+    )
     config: dict[str, Any] | None = Field(default=None, description="a model's config.json, with layer")
     layer: int | None = Field(default=None, ge=0, le=1023)
 
@@ -136,6 +138,52 @@ class TemperatureRequest(_Strict):
 
 
 class TemperatureResponse(BaseModel):
-    applies: bool = Field(description="whether the layer scales its queries (Llama 4: the NoPE layers)")
+    applies: bool = Field(
+        description="whether the layer scales its queries (Llama 4: the NoPE layers; Mistral 3: the RoPE layers)"
+    )
     temperature: list[float] = Field(description="per position: the factor on q (1 where it does not apply)")
     formula: str | None
+
+
+# ------------------------------------------------------------------------------------------- serving simulator
+MAX_SERVE_TOKENS = 4096  # tokens of one layout (the sequence, a batch row, the packed stream); costed below that
+
+
+class ServeSetupIn(SetupIn):
+    """A layer's use of positions: a method (rotary, or a bias method such as ALiBi) with params, rotary_dim (q and
+    k features per head, rotated or not) and pairing; or a model config and a layer (a NoPE layer included)."""
+
+    method: str | None = Field(default=None, description="a registered rotary or bias method")
+
+
+class ServeCheckRequest(_Strict):
+    setup: ServeSetupIn
+    heads: int = Field(default=4, ge=1, le=64, description="attention heads (bias methods give each its slope)")
+    length: int = Field(default=64, ge=2, le=MAX_SERVE_TOKENS, description="tokens of the prefill / decode sequence")
+    chunk_sizes: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=8,
+        description="chunked prefill's chunk sizes, each 1 ... length; default [length/4]",
+    )
+    prefill: int | None = Field(
+        default=None, ge=1, le=MAX_SERVE_TOKENS, description="tokens before token-by-token decode; default length/2"
+    )
+    batch_lengths: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description=f"a left-padded batch's row lengths, each 1 ... {MAX_SERVE_TOKENS}; default [length, length/2]",
+    )
+    documents: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description=f"packed documents' lengths, {MAX_SERVE_TOKENS} tokens in all; default two of length/2",
+    )
+    sinks: int = Field(default=4, ge=0, le=MAX_SERVE_TOKENS, description="the eviction cache's sink tokens")
+    window: int | None = Field(
+        default=None, ge=1, le=MAX_SERVE_TOKENS, description="the eviction cache's recent tokens; default length/4"
+    )
+    tolerance: float = Field(default=1e-9, ge=0, description="a logit error above it is wrong")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)

@@ -22,6 +22,7 @@ from posenc.schemas.rope import (
     PositionIdsRequest,
     PositionIdsResponse,
     PrecisionRequest,
+    ServeCheckRequest,
     TemperatureRequest,
     TemperatureResponse,
 )
@@ -96,11 +97,21 @@ async def permutation(request: PermutationRequest, settings: SettingsDep, slots:
 
 @router.post("/rope/temperature", name="temperature", response_model=TemperatureResponse, responses=_PROBLEMS)
 async def temperature(request: TemperatureRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
-    """Llama 4's position-dependent query temperature of a config's layer, per position (1 where the layer does
-    not scale its queries)."""
+    """The position-dependent query temperature of a config's layer, per position: Llama 4's on its NoPE layers,
+    Mistral 3's llama_4_scaling_beta on its RoPE layers (1 where the layer does not scale its queries)."""
 
     def answer(result: tuple[bool, list[float], str | None]) -> Response:
         applies, values, formula = result
         return json_answer(TemperatureResponse(applies=applies, temperature=values, formula=formula))
 
     return await slots.serve(settings, lambda: plans.plan_temperature(request), answer)
+
+
+@router.post("/rope/serve_check", name="serve_check", responses=_PROBLEMS)
+async def serve_check(request: ServeCheckRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
+    """A serving simulator: the attention logits of chunked prefill, token-by-token decode, a left-padded batch,
+    packed documents and a sink + window cache against full recomputation, in float64, for a method (rotary or
+    bias) or a config's layer (NoPE and Llama 4's query temperature included). Per variant: the largest logit
+    error, the first wrong (sequence, query, key), and for the known-bad schedules whether this setup is
+    sensitive to them; every correct schedule is exactly 0."""
+    return await slots.serve(settings, lambda: plans.plan_serve_check(request), json_answer)

@@ -11,13 +11,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from posenc_client._client import Client
 from posenc_client._constants import DEFAULT_MAX_RETRIES
 from posenc_client._exceptions import APIConnectionError, APIStatusError, JobError
+from posenc_client._gguf import is_gguf, read_gguf
 from posenc_client._models import Job, MethodInfo
 from posenc_client._version import __version__
 
@@ -141,13 +142,49 @@ def build_parser() -> argparse.ArgumentParser:
     rope = commands.add_parser("rope", help="real models' rotary setups")
     rope_commands = rope.add_subparsers(dest="rope_command", required=True, metavar="ROPE_COMMAND")
     doctor = rope_commands.add_parser(
-        "doctor", help="resolve a model's config.json into per-layer rotations and print its warnings"
+        "doctor",
+        help="resolve a model's config.json (or a GGUF file's metadata) into per-layer rotations and print its "
+        "warnings",
     )
     source = doctor.add_mutually_exclusive_group(required=True)
-    source.add_argument("config", nargs="?", type=Path, help="the model's config.json")
+    source.add_argument(
+        "config", nargs="?", type=Path, help="the model's config.json, or a .gguf file (its header is read here)"
+    )
     source.add_argument("--preset", help="a preset's name (posenc-client rope presets)")
+    against = doctor.add_mutually_exclusive_group()
+    against.add_argument(
+        "--against",
+        type=Path,
+        metavar="CONFIG.json",
+        help="with a .gguf: the Hugging Face config.json it was converted from; every rope field the conversion "
+        "dropped, renamed or changed is a warning",
+    )
+    against.add_argument("--against-preset", metavar="NAME", help="with a .gguf: compare with a preset instead")
     doctor.add_argument("--json", action="store_true", help="print the resolution as JSON")
     doctor.set_defaults(run=_rope_doctor)
+    serve = rope_commands.add_parser(
+        "serve-check",
+        help="compare serving schedules (chunked prefill, decode, a left-padded batch, packed documents, a sink + "
+        "window cache) with full recomputation, for a method or a config's layer",
+    )
+    layer_source = serve.add_mutually_exclusive_group(required=True)
+    layer_source.add_argument("--method", help="a registered rotary or bias method (posenc-client methods)")
+    layer_source.add_argument("--config", type=Path, help="a model's config.json (with --layer)")
+    layer_source.add_argument("--preset", help="a preset's name (with --layer)")
+    serve.add_argument("--layer", type=int, help="with --config or --preset: the layer's index")
+    serve.add_argument("--params", type=_json_object_argument, default=None, help="method params as a JSON object")
+    serve.add_argument("--rotary-dim", type=int, default=None, help="q and k features per head (default 128)")
+    serve.add_argument("--pairing", choices=["half", "interleaved"], default=None, help="default: the method's")
+    serve.add_argument("--heads", type=int, default=None)
+    serve.add_argument("--length", type=int, default=None, help="tokens of the prefill / decode sequence")
+    serve.add_argument("--chunk-sizes", type=int, nargs="+", default=None, metavar="C")
+    serve.add_argument("--prefill", type=int, default=None)
+    serve.add_argument("--batch-lengths", type=int, nargs="+", default=None, metavar="N")
+    serve.add_argument("--documents", type=int, nargs="+", default=None, metavar="N")
+    serve.add_argument("--sinks", type=int, default=None)
+    serve.add_argument("--window", type=int, default=None)
+    serve.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    serve.set_defaults(run=_rope_serve_check)
     presets = rope_commands.add_parser("presets", help="list the model presets")
     presets.add_argument("--json", action="store_true")
     presets.set_defaults(run=_rope_presets)
@@ -266,8 +303,13 @@ def _bias(client: Client, args: argparse.Namespace) -> int:
 
 
 def _rope_doctor(client: Client, args: argparse.Namespace) -> int:
-    config = None if args.config is None else _read_json_object(args.config, "a model's config.json")
-    resolved = client.models.resolve(config, preset=args.preset)
+    if args.config is not None and is_gguf(args.config):
+        resolved = _gguf_doctor(client, args)
+    else:
+        if args.against is not None or args.against_preset is not None:
+            raise UsageError("--against and --against-preset compare a .gguf file; give one as the model")
+        config = None if args.config is None else _read_json_object(args.config, "a model's config.json")
+        resolved = client.models.resolve(config, preset=args.preset)
     if args.json:
         _print_json(resolved.model_dump(mode="json"))
         return 0
@@ -283,6 +325,22 @@ def _rope_doctor(client: Client, args: argparse.Namespace) -> int:
     if not resolved.warnings:
         print("no warnings")
     return 0
+
+
+def _gguf_doctor(client: Client, args: argparse.Namespace) -> Any:
+    """The GGUF's layers (its header read here), compared with --against or --against-preset when given."""
+    try:
+        header = read_gguf(args.config)
+    except ImportError as error:
+        raise UsageError(str(error)) from None
+    except IsADirectoryError:
+        raise UsageError(f"{args.config}: is a directory; expected a GGUF file") from None
+    except OSError as error:
+        raise UsageError(f"{args.config}: cannot read it ({error.strerror or error}); expected a GGUF file") from None
+    except ValueError as error:  # GgufReadError
+        raise UsageError(f"{args.config}: {error}; expected a GGUF file") from None
+    against = None if args.against is None else _read_json_object(args.against, "a model's config.json")
+    return client.models.gguf(header, against=against, against_preset=args.against_preset)
 
 
 def _layer_key(layer: Any) -> str:
@@ -323,6 +381,64 @@ def _layer_row(first: int, last: int, layer: Any) -> list[str]:
         f"{layer.attention_scale:.6g}",
         f"{layer.softmax_scale:.6g}",
         "" if window is None else ("chunk " if layer.chunk else "") + str(window),
+    ]
+
+
+def _rope_serve_check(client: Client, args: argparse.Namespace) -> int:
+    if args.method is not None:
+        if args.layer is not None:
+            raise UsageError("--layer goes with --config or --preset")
+        setup: dict[str, Any] = {"method": args.method, "params": args.params or {}}
+        if args.rotary_dim is not None:
+            setup["rotary_dim"] = args.rotary_dim
+        if args.pairing is not None:
+            setup["pairing"] = args.pairing
+    else:
+        if args.layer is None:
+            raise UsageError("--config and --preset need --layer, the index of the layer to check")
+        if args.params is not None or args.rotary_dim is not None or args.pairing is not None:
+            raise UsageError("with --config or --preset, the layer's params, rotary dim and pairing come from it")
+        config = (
+            client.models.get(args.preset).config
+            if args.preset is not None
+            else _read_json_object(args.config, "a model's config.json")
+        )
+        setup = {"config": config, "layer": args.layer}
+    options = {
+        "heads": args.heads,
+        "length": args.length,
+        "chunk_sizes": args.chunk_sizes,
+        "prefill": args.prefill,
+        "batch_lengths": args.batch_lengths,
+        "documents": args.documents,
+        "sinks": args.sinks,
+        "window": args.window,
+    }
+    report = client.rope.serve_check(setup, **{key: value for key, value in options.items() if value is not None})
+    if args.json:
+        _print_json(report)
+        return 0
+    _print_table(
+        ["variant", "schedule", "verdict", "max error", "first wrong (seq, query, key)", "what it models"],
+        [_variant_row(variant) for variant in report["variants"]],
+    )
+    summary = report["summary"]
+    print(f"sensitive to: {', '.join(summary['sensitive_to']) or 'none'}")
+    if summary["equivalent_for_this_setup"]:
+        print(f"equivalent for this setup: {', '.join(summary['equivalent_for_this_setup'])}")
+    return 0
+
+
+def _variant_row(variant: Mapping[str, Any]) -> list[str]:
+    wrong = variant["first_wrong"]
+    where = "" if wrong is None else f"({wrong['sequence']}, {wrong['query']}, {wrong['key']})"
+    return [
+        variant["label"],
+        variant["schedule"],
+        variant["verdict"],
+        f"{variant['max_error']:.3g}",
+        where,
+        _clip(variant["models"], 70),
     ]
 
 

@@ -282,3 +282,29 @@ def test_bias_params_must_be_a_json_object(tmp_path: Path, params: str, message:
     assert ran.returncode == 2
     assert "Traceback" not in ran.stderr
     assert ran.stderr.splitlines()[-1] == f"posenc-client bias: error: argument --params: {message}"
+
+
+def test_rope_serve_check_for_a_method_and_a_preset_s_layer(compute_gateway: Any) -> None:
+    """The serving simulator from the command line: every correct schedule exact, the known-bad ones named with
+    their first wrong position; a preset's NoPE layer (SmolLM3's every 4th) is accepted."""
+    table = run_cli("rope", "serve-check", "--method", "rope", "--rotary-dim", "16", "--length", "32",
+                    url=compute_gateway.url)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:3] == ["VARIANT", "SCHEDULE", "VERDICT"]
+    correct = [row.split() for row in rows if row.split()[1:2] == ["correct"]]
+    assert correct
+    assert all(cells[2] == "exact" for cells in correct)
+    report = json.loads(run_cli("rope", "serve-check", "--method", "rope", "--rotary-dim", "16", "--length", "32",
+                                "--json", url=compute_gateway.url).stdout)  # fmt: skip
+    by_label = {variant["label"]: variant for variant in report["variants"]}
+    assert all(v["max_error"] == 0.0 for v in report["variants"] if v["schedule"] == "correct")
+    chunk = report["schedules"]["chunk_sizes"][0]
+    assert by_label[f"chunk_local_positions[chunk={chunk}]"]["first_wrong"]["query"] == chunk
+    assert f"chunk_local_positions[chunk={chunk}]" in table.stdout
+    nope = run_cli("rope", "serve-check", "--preset", "smollm3-3b", "--layer", "3", "--json", url=compute_gateway.url)
+    assert nope.returncode == 0, nope.stderr
+    assert json.loads(nope.stdout)["setup"]["method"] is None
+    usage = run_cli("rope", "serve-check", "--preset", "smollm3-3b", url=compute_gateway.url)
+    assert usage.returncode == 2
+    assert "--layer" in usage.stderr

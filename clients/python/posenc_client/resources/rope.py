@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from posenc_client._models import PositionIdsResponse
+from posenc_client._models import PositionIdsResponse, TemperatureResponse
 from posenc_client._transport import HTTPRequest
 from posenc_client.resources._base import AsyncResource, SyncResource
 
@@ -74,6 +74,22 @@ class Rope(SyncResource):
         request = _diagnostic("decode", setup, prefill=prefill, steps=steps, **options)
         return _json(self._client._request(request).content)
 
+    def serve_check(self, setup: Setup, **options: Any) -> dict[str, Any]:
+        """A serving simulator: chunked prefill, decode, a left-padded batch, packed documents and a sink + window
+        cache against full recomputation, per variant the largest logit error and the first wrong (sequence,
+        query, key). ``setup``: ``{"method", "params", "rotary_dim", "pairing"}`` (rotary or bias methods) or
+        ``{"config", "layer"}`` (NoPE layers too); options ``heads``, ``length``, ``chunk_sizes``, ``prefill``,
+        ``batch_lengths``, ``documents``, ``sinks``, ``window``, ``tolerance``, ``seed``."""
+        return _json(self._client._request(_diagnostic("serve_check", setup, **options)).content)
+
+    def temperature(
+        self, config: Mapping[str, Any], *, layer: int, length: int, offset: int = 0
+    ) -> TemperatureResponse:
+        """The query temperature of a config's layer at positions offset ... offset + length - 1 (Llama 4's on its
+        NoPE layers, Mistral 3's llama_4_scaling_beta on its RoPE layers; 1 where the layer has none)."""
+        request = _post("temperature", {"config": dict(config), "layer": layer, "length": length, "offset": offset})
+        return TemperatureResponse.model_validate_json(self._client._request(request).content)
+
     def permutation(
         self, head_dim: int, to: Literal["half", "interleaved"], *, rotary_dim: int | None = None
     ) -> list[int]:
@@ -117,6 +133,15 @@ class AsyncRope(AsyncResource):
     async def decode(self, setup: Setup, *, prefill: int, steps: int, **options: Any) -> dict[str, Any]:
         request = _diagnostic("decode", setup, prefill=prefill, steps=steps, **options)
         return _json((await self._client._request(request)).content)
+
+    async def serve_check(self, setup: Setup, **options: Any) -> dict[str, Any]:
+        return _json((await self._client._request(_diagnostic("serve_check", setup, **options))).content)
+
+    async def temperature(
+        self, config: Mapping[str, Any], *, layer: int, length: int, offset: int = 0
+    ) -> TemperatureResponse:
+        request = _post("temperature", {"config": dict(config), "layer": layer, "length": length, "offset": offset})
+        return TemperatureResponse.model_validate_json((await self._client._request(request)).content)
 
     async def permutation(
         self, head_dim: int, to: Literal["half", "interleaved"], *, rotary_dim: int | None = None

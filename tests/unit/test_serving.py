@@ -1,0 +1,292 @@
+"""The serving simulator (posenc.real_models.serving): every correct schedule is exactly 0 in float64 against full
+recomputation, and every known-bad one is caught at the first wrong (sequence, query, key) derived here from the
+setup, or reported equivalent where the method is blind to it (shift-invariant methods given shifted positions)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from posenc.errors import InvalidInput
+from posenc.pe.registry import list_methods
+from posenc.real_models.presets import get_preset
+from posenc.real_models.serving import (
+    VARIANTS,
+    Schedules,
+    ServeReport,
+    ServingLayer,
+    VariantResult,
+    WrongEntry,
+    serve_check,
+    serving_layer,
+)
+
+SIZES: dict[str, Any] = {
+    "length": 40,
+    "chunk_sizes": [8, 16],
+    "prefill": 10,
+    "batch_lengths": [40, 25, 7],
+    "documents": [12, 20, 8],
+    "sinks": 3,
+    "window": 10,
+}
+ORIGINAL = 16  # dynamic NTK's original_max_position_embeddings: inside the 40 tokens, so it scales mid-sequence
+FLOOR_SCALE = 4  # Llama 4's temperature steps every floor_scale positions (8192 in the model; 4 to see it here)
+
+
+def _method(name: str, params: dict[str, Any] | None = None, heads: int = 2) -> ServingLayer:
+    return serving_layer(name, params or {}, 16, "half", heads=heads)
+
+
+def _llama4_nope() -> ServingLayer:
+    config = copy.deepcopy(get_preset("llama-4-scout-17b-16e"))
+    config["text_config"]["floor_scale"] = FLOOR_SCALE
+    layer = serving_layer(None, {}, 0, "half", config, 3, heads=2)
+    assert layer.temperature == (FLOOR_SCALE, 0.1, 1.0)  # layer 3 of Llama 4 is a NoPE layer with the temperature
+    return layer
+
+
+def _plain_nope() -> ServingLayer:
+    layer = serving_layer(None, {}, 0, "half", get_preset("smollm3-3b"), 3, heads=2)
+    assert (layer.applier, layer.temperature) == (None, None)  # every 4th SmolLM3 layer is NoPE
+    return layer
+
+
+SETUPS: dict[str, Callable[[], ServingLayer]] = {
+    "rope": lambda: _method("rope"),
+    "rope_yarn": lambda: _method("rope_yarn", {"factor": 4.0, "original_max_position_embeddings": 8}),
+    "rope_dynamic_ntk": lambda: _method(
+        "rope_dynamic_ntk", {"factor": 2.0, "original_max_position_embeddings": ORIGINAL}
+    ),
+    "llama4_nope_temperature": _llama4_nope,
+    "alibi": lambda: _method("alibi", heads=4),
+    "nope": _plain_nope,
+}
+_REPORTS: dict[str, ServeReport] = {}
+
+
+def _report(name: str) -> ServeReport:
+    if name not in _REPORTS:  # each setup simulated once for all the tests that read it
+        _REPORTS[name] = serve_check(SETUPS[name](), Schedules.build(**SIZES), tolerance=1e-9, seed=3)
+    return _REPORTS[name]
+
+
+def _variant(report: ServeReport, label: str) -> VariantResult:
+    found = [variant for variant in report.variants if variant.label == label]
+    assert len(found) == 1, [variant.label for variant in report.variants]
+    return found[0]
+
+
+def _first(report: ServeReport, label: str) -> tuple[int, int, int] | None:
+    wrong = _variant(report, label).first_wrong
+    return None if wrong is None else (wrong.sequence, wrong.query, wrong.key)
+
+
+def _equivalent(report: ServeReport, label: str) -> VariantResult:
+    variant = _variant(report, label)
+    assert variant.verdict == "equivalent", variant
+    assert (variant.first_wrong, variant.pattern_errors) == (None, 0)
+    assert variant.max_error <= report.tolerance
+    return variant
+
+
+def _chunk_spans(chunk: int) -> list[tuple[int, int]]:
+    return [(start, min(start + chunk, SIZES["length"])) for start in range(0, SIZES["length"], chunk)]
+
+
+FULL = SIZES["sinks"] + SIZES["window"]  # the first step that evicts: the cache is full before it
+FIRST_WINDOW_KEY = SIZES["sinks"] + 1  # the oldest key left in the window at that step
+SECOND_DOCUMENT = SIZES["documents"][0]  # stream index of the second document's first token
+
+
+# ------------------------------------------------------------------------------------------------ correct ones
+@pytest.mark.parametrize("name", list(SETUPS))
+def test_every_correct_schedule_is_exactly_zero_in_float64(name: str) -> None:
+    report = _report(name)
+    correct = [variant for variant in report.variants if variant.schedule == "correct"]
+    # chunked prefill per chunk size, decode, the padded batch, packed documents, the sink + window cache
+    assert len(correct) == len(SIZES["chunk_sizes"]) + 4
+    for variant in correct:
+        assert variant.compared > 0, variant
+        assert (variant.max_error, variant.pattern_errors, variant.first_wrong) == (0.0, 0, None), variant
+        assert variant.verdict == "exact"
+    assert report.summary()["correct_exact"] is True
+    assert {variant.name for variant in report.variants} == set(VARIANTS)
+
+
+def test_every_method_the_simulator_takes_is_exact_on_its_correct_schedules(
+    example_params: Callable[..., dict[str, Any]],
+) -> None:
+    """Through the appliers only: every registered method it accepts (rotary and bias methods of 1D positions),
+    not just the ones named above; the others are refused at ("method",)."""
+    sizes = Schedules.build(12, [5], 4, [12, 7], [5, 7], 2, 4)
+    taken, refused = [], {}
+    for spec in list_methods():
+        try:
+            layer = serving_layer(spec.name, example_params(spec.name, 8), 8, "half", heads=2)
+        except InvalidInput as error:
+            refused[spec.name] = error.loc
+            continue
+        taken.append(spec.name)
+        report = serve_check(layer, sizes, seed=1)
+        assert report.summary()["differs"] == [], (spec.name, report.summary())
+    assert set(refused.values()) == {("method",)}, refused
+    assert {"rope", "rope_yarn", "rope_dynamic_ntk", "rope_longrope", "alibi", "t5"} <= set(taken)
+    assert {"fox", "sinusoidal", "rope_2d_axial"} <= set(refused)
+
+
+# ------------------------------------------------------------------------------------------------ rotary, static
+@pytest.mark.parametrize("name", ["rope", "rope_yarn"])
+def test_static_rotations_catch_position_bugs_and_are_blind_to_shifts(name: str) -> None:
+    report = _report(name)
+    for chunk in SIZES["chunk_sizes"]:
+        # the first query of the second chunk restarts at 0: its key 0 looks `chunk` positions closer
+        assert _first(report, f"chunk_local_positions[chunk={chunk}]") == (0, chunk, 0)
+        # nothing to be stale about: the same computation as the correct schedule
+        assert _equivalent(report, f"stale_cached_keys[chunk={chunk}]").max_error == 0.0
+    assert _equivalent(report, f"stale_cached_keys_decode[prefill={SIZES['prefill']}]").max_error == 0.0
+    # rotations depend on position differences only: shifted positions change rounding, not the logits
+    _equivalent(report, "slot_positions")
+    _equivalent(report, "packed_positions_not_reset")
+    assert _first(report, "packed_without_document_mask") == (0, SECOND_DOCUMENT, 0)
+    assert _first(report, "packed_as_one_sequence") == (0, SECOND_DOCUMENT, 0)
+    eviction = f"[sinks={SIZES['sinks']}, window={SIZES['window']}]"
+    # keys at their original positions, the query at its cache position: the window keys are one step off
+    assert _first(report, "eviction_keys_not_rerotated" + eviction) == (0, FULL, FIRST_WINDOW_KEY)
+    # the query at its original position: every key is off, the first sink first
+    assert _first(report, "eviction_query_original_position" + eviction) == (0, FULL, 0)
+    summary = report.summary()
+    assert "slot_positions" in summary["equivalent_for_this_setup"]
+    assert "packed_without_document_mask" in summary["sensitive_to"]
+
+
+# ------------------------------------------------------------------------------------------------ dynamic NTK
+def test_dynamic_ntk_is_caught_by_stale_keys_padding_and_unreset_positions() -> None:
+    report = _report("rope_dynamic_ntk")
+    for chunk in SIZES["chunk_sizes"]:
+        # keys cached while the length was at most the original one keep the base frequencies; the first chunk
+        # that ends past it rescales them. Key 0 sits at angle 0 whatever the base: key 1 is the first wrong.
+        start = next(start for start, stop in _chunk_spans(chunk) if stop > ORIGINAL and start > 0)
+        assert _first(report, f"stale_cached_keys[chunk={chunk}]") == (0, start, 1)
+        assert _first(report, f"chunk_local_positions[chunk={chunk}]") == (0, chunk, 0)
+    # decode: the first step past original_max_position_embeddings (length ORIGINAL + 1, query ORIGINAL)
+    assert SIZES["prefill"] <= ORIGINAL
+    assert _first(report, f"stale_cached_keys_decode[prefill={SIZES['prefill']}]") == (0, ORIGINAL, 1)
+    # slot positions make the length the padded width: the first padded row, its first query with a distance
+    width = max(SIZES["batch_lengths"])
+    assert width > ORIGINAL
+    row = next(index for index, count in enumerate(SIZES["batch_lengths"]) if count < width)
+    assert _first(report, "slot_positions") == (row, 1, 0)
+    # unreset positions make the length the whole stream: the first document already rotates differently
+    assert sum(SIZES["documents"]) > ORIGINAL >= SIZES["documents"][0]
+    assert _first(report, "packed_positions_not_reset") == (0, 1, 0)
+    assert _first(report, "packed_without_document_mask") == (0, SECOND_DOCUMENT, 0)
+
+
+# ------------------------------------------------------------------------------------------------ Llama 4 NoPE
+def _steps(n: int) -> int:
+    """floor((n + 1) / floor_scale): Llama 4's τ(n) changes exactly where this does."""
+    return (n + 1) // FLOOR_SCALE
+
+
+def test_llama4_temperature_is_caught_where_the_absolute_position_changes_tau() -> None:
+    report = _report("llama4_nope_temperature")
+    for chunk in SIZES["chunk_sizes"]:
+        query = next(
+            n for start, stop in _chunk_spans(chunk) for n in range(start, stop) if _steps(n - start) != _steps(n)
+        )
+        assert _first(report, f"chunk_local_positions[chunk={chunk}]") == (0, query, 0)
+        assert _equivalent(report, f"stale_cached_keys[chunk={chunk}]").max_error == 0.0
+    width = max(SIZES["batch_lengths"])
+    slot = next(
+        (row, n)
+        for row, count in enumerate(SIZES["batch_lengths"])
+        for n in range(count)
+        if _steps(n + width - count) != _steps(n)
+    )
+    assert _first(report, "slot_positions") == (*slot, 0)
+    starts = [sum(SIZES["documents"][:d]) for d in range(len(SIZES["documents"]))]
+    unreset = next(
+        (start + n, start)
+        for start, count in zip(starts, SIZES["documents"], strict=True)
+        for n in range(count)
+        if _steps(start + n) != _steps(n)
+    )
+    assert _first(report, "packed_positions_not_reset") == (0, *unreset)
+    assert _first(report, "packed_without_document_mask") == (0, SECOND_DOCUMENT, 0)
+    eviction = f"[sinks={SIZES['sinks']}, window={SIZES['window']}]"
+    # the keys carry no position in a NoPE layer: only where the query's temperature is taken matters
+    assert _equivalent(report, "eviction_keys_not_rerotated" + eviction).max_error == 0.0
+    step = next(n for n in range(FULL, SIZES["length"]) if _steps(n) != _steps(FULL - 1))
+    assert _first(report, "eviction_query_original_position" + eviction) == (0, step, 0)
+
+
+# ------------------------------------------------------------------------------------------------ ALiBi, NoPE
+def test_alibi_differences_are_integers_so_shifts_change_nothing_at_all() -> None:
+    report = _report("alibi")
+    for chunk in SIZES["chunk_sizes"]:
+        assert _first(report, f"chunk_local_positions[chunk={chunk}]") == (0, chunk, 0)
+    assert _equivalent(report, "slot_positions").max_error == 0.0
+    assert _equivalent(report, "packed_positions_not_reset").max_error == 0.0
+    eviction = f"[sinks={SIZES['sinks']}, window={SIZES['window']}]"
+    assert _first(report, "eviction_keys_not_rerotated" + eviction) == (0, FULL, FIRST_WINDOW_KEY)
+    assert _first(report, "eviction_query_original_position" + eviction) == (0, FULL, 0)
+    assert _first(report, "packed_without_document_mask") == (0, SECOND_DOCUMENT, 0)
+
+
+def test_a_plain_nope_layer_is_sensitive_to_the_document_mask_only() -> None:
+    report = _report("nope")
+    caught = {variant.name for variant in report.variants if variant.verdict == "caught"}
+    assert caught == {"packed_without_document_mask", "packed_as_one_sequence"}
+    for variant in report.variants:
+        if variant.schedule == "known_bad" and variant.name not in caught:
+            assert variant.max_error == 0.0, variant
+    wrong = _variant(report, "packed_without_document_mask")
+    assert wrong.first_wrong == WrongEntry(0, SECOND_DOCUMENT, 0)
+    # every query of the later documents sees every earlier document's key, in each head
+    documents = SIZES["documents"]
+    cross = sum(count * sum(documents[:d]) for d, count in enumerate(documents))
+    assert wrong.pattern_errors == report.setup.heads * cross
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+@pytest.mark.parametrize(
+    ("method", "loc"),
+    [("rope_2d_axial", ("method",)), ("fox", ("method",)), ("sinusoidal", ("method",)), ("no_such", ("method",))],
+)
+def test_methods_whose_logits_are_not_positions_and_q_k_are_refused(method: str, loc: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        serving_layer(method, {}, 16, "half")
+    assert refused.value.loc == loc
+
+
+def test_bad_params_and_sizes_name_their_field() -> None:
+    with pytest.raises(InvalidInput) as params:
+        serving_layer("rope", {"base": -1.0}, 16, "half")
+    assert params.value.loc == ("params", "base")
+    with pytest.raises(InvalidInput) as heads:
+        serving_layer("alibi", {}, 16, "half", heads=0)
+    assert heads.value.loc == ("heads",)
+    with pytest.raises(InvalidInput) as chunk:
+        Schedules.build(8, chunk_sizes=[4, 9])
+    assert chunk.value.loc == ("chunk_sizes", 1)
+    with pytest.raises(InvalidInput) as prefill:
+        Schedules.build(8, prefill=8)
+    assert prefill.value.loc == ("prefill",)
+    with pytest.raises(InvalidInput) as documents:
+        Schedules.build(8, documents=[4000, 4000])
+    assert documents.value.loc == ("documents",)
+
+
+def test_the_report_as_json_names_every_variant_and_summarises() -> None:
+    data = _report("alibi").to_json()
+    assert (data["setup"]["method"], data["setup"]["heads"]) == ("alibi", 4)
+    assert data["schedules"]["chunk_sizes"] == SIZES["chunk_sizes"]
+    labels = [variant["label"] for variant in data["variants"]]
+    assert len(labels) == len(set(labels))
+    assert set(data["summary"]) == {"correct_exact", "differs", "sensitive_to", "equivalent_for_this_setup"}
+    caught = next(v for v in data["variants"] if v["label"] == "packed_without_document_mask")
+    assert caught["first_wrong"] == {"sequence": 0, "query": SECOND_DOCUMENT, "key": 0}
