@@ -35,7 +35,10 @@ class ConfigWarningOut(BaseModel):
 
 class LayerRopeOut(BaseModel):
     layer: int
-    layer_type: str = Field(description="full_attention, sliding_attention or chunked_attention")
+    layer_type: str = Field(
+        description="full_attention, sliding_attention, chunked_attention, indexed_attention (DeepSeek Sparse "
+        "Attention) or linear_attention (no attention scores, no RoPE)"
+    )
     method: str | None = Field(description="a registered rotary method, or null for a NoPE layer")
     params: dict[str, Any] = Field(description="in the method's own parameter names")
     head_dim: int
@@ -50,6 +53,10 @@ class LayerRopeOut(BaseModel):
     query_temperature: dict[str, Any] | None = None
     mrope_section: list[int] | None = None
     shared_key_rope: bool = Field(default=False, description="MLA: one rotated key part shared by all heads")
+    indexer: LayerRopeOut | None = Field(
+        default=None,
+        description="DeepSeek-V3.2 / GLM-5: the sparse-attention indexer's own rotation (its head, slice, pairing)",
+    )
 
 
 class ResolvedModel(BaseModel):
@@ -67,3 +74,45 @@ class ModelPreset(BaseModel):
 class ModelPresetList(BaseModel):
     data: list[ModelPreset]
     count: int
+
+
+# ------------------------------------------------------------------------------------------------ GGUF
+# A GGUF header as it travels: the SDK reads the file locally (header only) and sends what it holds; these bound
+# the JSON (a converted model has 30-60 keys; its per-layer arrays and its rope tensors are short).
+MAX_GGUF_KEYS = 4096
+MAX_GGUF_KEY_CHARS = 256
+MAX_GGUF_STRING_CHARS = 4096
+MAX_GGUF_ARRAY = 8192  # elements of one array value (per-layer arrays); the vocabulary is never sent
+MAX_GGUF_VALUES = 1 << 16  # values in all the arrays together
+MAX_GGUF_TENSOR_VALUES = 4096  # a rope tensor: one factor per rotary pair
+GGUF_ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
+class GgufRequest(BaseModel):
+    """``POST /v1/models/gguf``: a GGUF's header metadata (as the SDK's ``read_gguf`` reads it) resolved per
+    layer, and compared with a Hugging Face config of the same model when ``against`` is given."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    metadata: dict[str, Any] = Field(
+        max_length=MAX_GGUF_KEYS,
+        description="the GGUF's key/value metadata: general.architecture, {arch}.block_count, {arch}.rope.*, "
+        "{arch}.attention.*; numbers, strings, booleans and arrays of them (strings up to "
+        f"{MAX_GGUF_STRING_CHARS} characters, arrays up to {MAX_GGUF_ARRAY} values, {MAX_GGUF_VALUES} in all)",
+    )
+    tensors: dict[str, list[float]] = Field(
+        default_factory=dict,
+        max_length=len(GGUF_ROPE_TENSORS),
+        description=f"the GGUF's rope tensors by name ({', '.join(GGUF_ROPE_TENSORS)}): one factor per rotary pair, "
+        f"at most {MAX_GGUF_TENSOR_VALUES}",
+    )
+    against: dict[str, Any] | str | None = Field(
+        default=None,
+        description="a Hugging Face config.json of the same model (or a preset's name) to compare with: every rope "
+        "field the conversion dropped, renamed or changed, and every layer that resolves differently, is a warning",
+    )
+
+
+class GgufResolved(ResolvedModel):
+    config: dict[str, Any] = Field(description="the Hugging Face style config the GGUF's metadata maps to")
+    against: str | None = Field(description="what the GGUF was compared with: 'config', a preset's name, or null")

@@ -1,5 +1,6 @@
-"""Real models' rotary setups: the presets, and any config.json resolved into per-layer rotations (in a compute
-slot: the resolution is work, bounded by the config reader's limits)."""
+"""Real models' rotary setups: the presets, any config.json resolved into per-layer rotations, and a GGUF's header
+metadata resolved and compared with its config (in a compute slot: the resolution is work, bounded by the config
+reader's limits)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from posenc.compute.gguf import plan_gguf
 from posenc.compute.rope import plan_resolve
 from posenc.real_models.presets import PRESETS, get_preset
 from posenc.schemas.errors import Problem
-from posenc.schemas.models import ModelPreset, ModelPresetList, ResolvedModel, ResolveRequest
+from posenc.schemas.models import (
+    GgufRequest,
+    GgufResolved,
+    ModelPreset,
+    ModelPresetList,
+    ResolvedModel,
+    ResolveRequest,
+)
 from service.deps import SettingsDep, SlotsDep
 from service.transport import json_answer
 
@@ -52,4 +61,16 @@ async def resolve_model(request: ResolveRequest, settings: SettingsDep, slots: S
         settings,
         lambda: plan_resolve(request.config, request.preset),
         lambda resolved: json_answer(ResolvedModel.model_validate(resolved.to_json())),
+    )
+
+
+@router.post("/models/gguf", name="gguf", response_model=GgufResolved, responses=_PROBLEMS)
+async def resolve_gguf(request: GgufRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
+    """A GGUF's header metadata -> the same per-layer table as ``/v1/models/resolve`` (for the Hugging Face style
+    config the metadata maps to, returned as ``config``), and with ``against`` (a config.json or a preset's name)
+    a warning for every rope field the conversion dropped, renamed or changed (both values in ``evidence``) and
+    for every layer that resolves differently. The client reads the file (header only) and sends its metadata and
+    rope tensors; the server never needs the file."""
+    return await slots.serve(
+        settings, lambda: plan_gguf(request), lambda answer: json_answer(GgufResolved.model_validate(answer))
     )

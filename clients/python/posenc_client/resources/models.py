@@ -1,4 +1,5 @@
-"""``GET /v1/models`` (presets) and ``POST /v1/models/resolve``: real models' configs as per-layer rotary setups."""
+"""``GET /v1/models`` (presets), ``POST /v1/models/resolve`` and ``POST /v1/models/gguf``: real models' configs (and
+GGUF files' metadata) as per-layer rotary setups."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from posenc_client._models import ConvertResponse, ModelPreset, ModelPresetList, ResolvedModel
+from posenc_client._gguf import GgufSource, read_gguf
+from posenc_client._models import ConvertResponse, GgufResolved, ModelPreset, ModelPresetList, ResolvedModel
 from posenc_client._transport import HTTPRequest
 from posenc_client.resources._base import AsyncResource, SyncResource
 
@@ -47,6 +49,21 @@ def _convert_request(config: ConfigSource, to: str) -> HTTPRequest:
 _LIST = HTTPRequest(method="GET", path="/v1/models", headers=JSON_ACCEPT)
 
 
+def _gguf_request(gguf: GgufSource, against: ConfigSource | None, against_preset: str | None) -> HTTPRequest:
+    if against is not None and against_preset is not None:
+        raise ValueError("give against (a config) or against_preset (a preset's name), not both")
+    if isinstance(gguf, Mapping):
+        header = dict(gguf) if isinstance(gguf.get("metadata"), Mapping) else {"metadata": dict(gguf)}
+    else:
+        header = read_gguf(gguf)
+    body: dict[str, Any] = {"metadata": header["metadata"], "tensors": header.get("tensors") or {}}
+    if against is not None:
+        body["against"] = read_config(against)
+    elif against_preset is not None:
+        body["against"] = against_preset
+    return HTTPRequest(method="POST", path="/v1/models/gguf", headers=JSON_ACCEPT, json_body=body)
+
+
 class Models(SyncResource):
     def resolve(self, config: ConfigSource | None = None, *, preset: str | None = None) -> ResolvedModel:
         """One rotary setup per layer of a model (``layers``: method and params or None for NoPE, rotated
@@ -66,6 +83,17 @@ class Models(SyncResource):
         """The config in the other Hugging Face dialect: v4 ``rope_scaling`` or v5 ``rope_parameters``."""
         return ConvertResponse.model_validate_json(self._client._request(_convert_request(config, to)).content).config
 
+    def gguf(
+        self, gguf: GgufSource, *, against: ConfigSource | None = None, against_preset: str | None = None
+    ) -> GgufResolved:
+        """A GGUF's layers, as ``resolve`` gives them for the config its metadata maps to (also in the answer, as
+        ``config``), and with ``against`` (a config.json path or dict) or ``against_preset`` a warning for every rope
+        field the conversion dropped, renamed or changed (``gguf_field_*``, both values in ``evidence``) and every
+        layer that resolves differently (``gguf_layers_differ``). ``gguf``: a .gguf path (its header is read here,
+        see ``read_gguf``; needs the ``gguf`` extra) or the header as ``read_gguf`` returns it."""
+        response = self._client._request(_gguf_request(gguf, against, against_preset))
+        return GgufResolved.model_validate_json(response.content)
+
 
 class AsyncModels(AsyncResource):
     async def resolve(self, config: ConfigSource | None = None, *, preset: str | None = None) -> ResolvedModel:
@@ -81,3 +109,9 @@ class AsyncModels(AsyncResource):
     async def convert(self, config: ConfigSource, to: Literal["v4", "v5"]) -> dict[str, Any]:
         response = await self._client._request(_convert_request(config, to))
         return ConvertResponse.model_validate_json(response.content).config
+
+    async def gguf(
+        self, gguf: GgufSource, *, against: ConfigSource | None = None, against_preset: str | None = None
+    ) -> GgufResolved:
+        response = await self._client._request(_gguf_request(gguf, against, against_preset))
+        return GgufResolved.model_validate_json(response.content)

@@ -1,0 +1,391 @@
+"""GGUF files as model configs: GGUFs written by the gguf package's own writer the way llama.cpp's converter writes
+them, read header-only, mapped back to a config, resolved per layer and compared with the config they came from."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from posenc_client._gguf import GgufReadError, read_gguf
+
+from posenc.errors import InvalidInput
+from posenc.real_models.configs import resolve_config
+from posenc.real_models.gguf_files import check_metadata, compare_with_config, config_from_gguf
+from posenc.real_models.presets import PRESETS
+
+LAYER_FIELDS = ("layer_type", "method", "params", "head_dim", "rotary_dim", "rotary_slice", "pairing",
+                "attention_scale", "softmax_scale", "window", "mrope_section")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Header:
+    metadata: dict[str, Any]
+    tensors: dict[str, list[float]]
+
+
+def read_metadata(path: Path) -> Header:
+    """The header as the SDK reads it (what the CLI sends to POST /v1/models/gguf)."""
+    header = read_gguf(path)
+    return Header(header["metadata"], header["tensors"])
+
+
+def converter_llama3_factors(config: Mapping[str, Any], dim: int) -> torch.Tensor:
+    """llama.cpp's LlamaModel.generate_extra_tensors, restated: float32 frequencies, the original context from the
+    config's top level (8192 when absent, as for Llama 3.1, which keeps it in rope_scaling)."""
+    scaling = config["rope_scaling"]
+    base = config["rope_theta"]
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = config.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs.tolist():
+        wavelength = 2 * math.pi / freq
+        if wavelength < old / high:
+            out.append(1.0)
+        elif wavelength > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelength - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def convert(
+    config: Mapping[str, Any],
+    path: Path,
+    *,
+    drop: Iterable[str] = (),
+    extra: Mapping[str, Any] | None = None,
+    rope_freqs: bool = True,
+    vocabulary: int = 0,
+    arch: str = "llama",
+) -> Path:
+    """``config`` written as llama.cpp's convert_hf_to_gguf.py writes a text model's header (the keys, the
+    linear / YaRN scaling keys, the llama3 factors as the rope_freqs tensor), less the keys in ``drop`` (their
+    suffix after the architecture) and plus ``extra`` (full keys)."""
+    writer = gguf.GGUFWriter(path, arch)
+    head_dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    scaling = config.get("rope_scaling") or {}
+    values: dict[str, Any] = {
+        "context_length": ("uint32", config["max_position_embeddings"]),
+        "embedding_length": ("uint32", config["hidden_size"]),
+        "block_count": ("uint32", config["num_hidden_layers"]),
+        "attention.head_count": ("uint32", config["num_attention_heads"]),
+        "attention.head_count_kv": ("uint32", config["num_key_value_heads"]),
+        "rope.freq_base": ("float32", float(config["rope_theta"])),
+        "rope.dimension_count": ("uint32", head_dim),
+    }
+    if "head_dim" in config:
+        values["attention.key_length"] = ("uint32", head_dim)
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in ("linear", "yarn"):
+        values["rope.scaling.type"] = ("string", kind)
+        values["rope.scaling.factor"] = ("float32", float(scaling["factor"]))
+    if kind == "yarn":
+        values["rope.scaling.original_context_length"] = ("uint32", scaling["original_max_position_embeddings"])
+        for name in ("beta_fast", "beta_slow"):
+            if name in scaling:
+                values[f"rope.scaling.yarn_{name}"] = ("float32", float(scaling[name]))
+    if config.get("sliding_window"):
+        values["attention.sliding_window"] = ("uint32", config["sliding_window"])
+    for suffix, (kind_name, value) in values.items():
+        if suffix not in drop:
+            getattr(writer, f"add_{kind_name}")(f"{arch}.{suffix}", value)
+    for key, value in (extra or {}).items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_uint32(key, value)
+    if vocabulary:
+        writer.add_token_list([f"token{i}" for i in range(vocabulary)])
+        writer.add_token_types([1] * vocabulary)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float16))
+    if rope_freqs and kind == "llama3":
+        writer.add_tensor("rope_freqs.weight", converter_llama3_factors(config, head_dim).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def assert_same_layers(config: Mapping[str, Any], other: Mapping[str, Any]) -> None:
+    expected, got = resolve_config(config).layers, resolve_config(other).layers
+    assert len(got) == len(expected)
+    for a, b in zip(expected, got, strict=True):
+        for name in LAYER_FIELDS:
+            assert getattr(b, name) == getattr(a, name), (a.layer, name)
+
+
+def codes(warnings: Iterable[Any]) -> list[str]:
+    return [warning.code for warning in warnings]
+
+
+# ------------------------------------------------------------------------------------------------ mapping
+def test_llama_3_1_converted_resolves_to_the_configs_layers(tmp_path: Path) -> None:
+    config = PRESETS["llama-3.1-8b"]
+    header = read_metadata(convert(config, tmp_path / "llama.gguf"))
+    assert set(header.tensors) == {"rope_freqs.weight"}  # the rope tensor, not the weights
+    converted = config_from_gguf(header.metadata, header.tensors)
+    assert converted.notes == []
+    assert converted.config["rope_scaling"] == config["rope_scaling"]  # llama3 params fitted back from the factors
+    assert_same_layers(config, converted.config)
+    assert resolve_config(converted.config).layers[0].method == "rope_llama3"
+    assert compare_with_config(header.metadata, header.tensors, config) == []
+
+
+@pytest.mark.parametrize("preset", ["llama-3.2-1b", "qwen3-8b", "mistral-7b-v0.3"])
+def test_other_presets_round_trip(tmp_path: Path, preset: str) -> None:
+    config = PRESETS[preset]
+    header = read_metadata(convert(config, tmp_path / f"{preset}.gguf"))
+    converted = config_from_gguf(header.metadata, header.tensors)
+    assert_same_layers(config, converted.config)
+    assert compare_with_config(header.metadata, header.tensors, config) == []
+
+
+def test_a_llama3_gguf_with_other_bands_fits_them(tmp_path: Path) -> None:
+    config = copy.deepcopy(PRESETS["llama-3.1-8b"])
+    config["rope_scaling"] |= {"factor": 16.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0}
+    header = read_metadata(convert(config, tmp_path / "llama.gguf"))
+    scaling = config_from_gguf(header.metadata, header.tensors).config["rope_scaling"]
+    assert (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]) == (16.0, 2.0, 8.0)
+    changed = compare_with_config(header.metadata, header.tensors, PRESETS["llama-3.1-8b"])
+    evidence = {w.evidence["field"]: (w.evidence["config"], w.evidence["gguf"]) for w in changed if w.layers == []}
+    assert evidence["rope_scaling.factor"] == (8.0, 16.0)
+    assert evidence["rope_scaling.low_freq_factor"] == (1.0, 2.0)
+
+
+def test_factors_no_llama3_setting_gives_are_a_note(tmp_path: Path) -> None:
+    header = read_metadata(convert(PRESETS["llama-3.1-8b"], tmp_path / "llama.gguf"))
+    factors = list(header.tensors["rope_freqs.weight"])
+    factors[3] = 2.5  # a high-frequency pair scaled: no llama3 band layout does that
+    converted = config_from_gguf(header.metadata, {"rope_freqs.weight": factors})
+    assert codes(converted.notes) == ["gguf_rope_freqs_not_llama3"]
+    assert "rope_scaling" not in converted.config
+
+
+# ------------------------------------------------------------------------------------------------ comparing
+def test_a_dropped_rope_freqs_tensor_draws_the_warning_with_both_values(tmp_path: Path) -> None:
+    config = PRESETS["llama-3.1-8b"]
+    header = read_metadata(convert(config, tmp_path / "llama.gguf", rope_freqs=False))
+    warnings = compare_with_config(header.metadata, header.tensors, config)
+    dropped = {w.evidence["field"]: w for w in warnings if w.code == "gguf_field_dropped"}
+    assert set(dropped) == {f"rope_scaling.{name}" for name in
+                            ("rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                             "original_max_position_embeddings")}  # fmt: skip
+    factor = dropped["rope_scaling.factor"]
+    assert (factor.evidence["config"], factor.evidence["gguf"], factor.evidence["gguf_key"]) == (
+        8.0,
+        None,
+        "rope_freqs.weight",
+    )
+    assert "8.0" in factor.message
+    [layers] = [w for w in warnings if w.code == "gguf_layers_differ"]
+    assert layers.layers == list(range(32))
+    assert layers.evidence["config"]["method"] == "rope_llama3"
+    assert layers.evidence["gguf"]["method"] == "rope"
+
+
+YARN_QWEN3 = PRESETS["qwen3-8b"] | {
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    "max_position_embeddings": 131072,
+}
+
+
+def test_a_dropped_yarn_factor_draws_the_warning(tmp_path: Path) -> None:
+    header = read_metadata(convert(YARN_QWEN3, tmp_path / "qwen.gguf", drop=["rope.scaling.factor"], arch="qwen3"))
+    converted = config_from_gguf(header.metadata, header.tensors)
+    assert codes(converted.notes) == ["gguf_scaling_without_factor"]
+    warnings = compare_with_config(header.metadata, header.tensors, YARN_QWEN3)
+    [dropped] = [w for w in warnings if w.code == "gguf_field_dropped"]
+    assert dropped.evidence == {
+        "field": "rope_scaling.factor",
+        "config": 4.0,
+        "gguf": None,
+        "gguf_key": "qwen3.rope.scaling.factor",
+    }
+    [layers] = [w for w in warnings if w.code == "gguf_layers_differ"]
+    assert layers.evidence["config"]["params"]["factor"] == 4.0
+    assert layers.evidence["gguf"]["params"]["factor"] == 1.0
+    # with the factor, the YaRN GGUF matches its config
+    whole = read_metadata(convert(YARN_QWEN3, tmp_path / "whole.gguf", arch="qwen3"))
+    assert compare_with_config(whole.metadata, whole.tensors, YARN_QWEN3) == []
+
+
+def test_a_changed_freq_base_is_a_warning_with_both_values(tmp_path: Path) -> None:
+    config = PRESETS["qwen3-8b"]
+    path = convert(config, tmp_path / "q.gguf", drop=["rope.freq_base"], extra={"qwen3.rope.freq_base": 10000.0},
+                   arch="qwen3")  # fmt: skip
+    header = read_metadata(path)
+    warnings = compare_with_config(header.metadata, header.tensors, config)
+    [changed] = [w for w in warnings if w.code == "gguf_field_changed"]
+    assert changed.evidence == {
+        "field": "rope_theta",
+        "config": 1000000,
+        "gguf": 10000.0,
+        "gguf_key": "qwen3.rope.freq_base",
+    }
+    assert "gguf_layers_differ" in codes(warnings)
+
+
+def test_a_renamed_freq_base_is_a_warning_naming_both_keys(tmp_path: Path) -> None:
+    config = PRESETS["qwen3-8b"]
+    path = convert(config, tmp_path / "q.gguf", drop=["rope.freq_base"], extra={"qwen2.rope.freq_base": 1000000.0},
+                   arch="qwen3")  # fmt: skip
+    header = read_metadata(path)
+    warnings = compare_with_config(header.metadata, header.tensors, config)
+    [renamed] = [w for w in warnings if w.code == "gguf_field_renamed"]
+    assert renamed.evidence["gguf_key"] == "qwen3.rope.freq_base"
+    assert renamed.evidence["gguf_key_found"] == "qwen2.rope.freq_base"
+    assert (renamed.evidence["config"], renamed.evidence["gguf"]) == (1000000, 1000000.0)
+    # llama.cpp reads only qwen3.rope.freq_base: without it the GGUF's layers use the default base
+    [layers] = [w for w in warnings if w.code == "gguf_layers_differ"]
+    assert layers.evidence["gguf"]["params"]["base"] == 10000.0
+
+
+def test_a_legacy_linear_scale_key_is_a_rename(tmp_path: Path) -> None:
+    config = PRESETS["qwen3-8b"] | {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+    path = convert(config, tmp_path / "q.gguf", drop=["rope.scaling.factor"], extra={"qwen3.rope.scale_linear": 4.0},
+                   arch="qwen3")  # fmt: skip
+    header = read_metadata(path)
+    renamed = [
+        w for w in compare_with_config(header.metadata, header.tensors, config) if w.code == "gguf_field_renamed"
+    ]
+    assert [(w.evidence["field"], w.evidence["gguf_key_found"]) for w in renamed] == [
+        ("rope_scaling.factor", "qwen3.rope.scale_linear")
+    ]
+
+
+def test_sliding_window_patterns_map_to_layer_types() -> None:
+    base = {"general.architecture": "gemma3", "gemma3.block_count": 12, "gemma3.embedding_length": 2560,
+            "gemma3.attention.head_count": 8, "gemma3.attention.key_length": 256, "gemma3.context_length": 131072,
+            "gemma3.rope.freq_base": 1e6, "gemma3.attention.sliding_window": 1024}  # fmt: skip
+    by_period = config_from_gguf(base | {"gemma3.attention.sliding_window_pattern": 6}).config
+    flags = [(index + 1) % 6 != 0 for index in range(12)]
+    by_flags = config_from_gguf(base | {"gemma3.attention.sliding_window_pattern": flags}).config
+    types = [layer.layer_type for layer in resolve_config(by_period).layers]
+    assert types == [layer.layer_type for layer in resolve_config(by_flags).layers]
+    assert types[:6] == ["sliding_attention"] * 5 + ["full_attention"]
+    assert resolve_config(by_flags).layers[0].window == 1024
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def test_the_reader_agrees_with_the_packages_own_reader(tmp_path: Path) -> None:
+    path = convert(PRESETS["llama-3.1-8b"], tmp_path / "llama.gguf", vocabulary=300)
+    header = read_metadata(path)
+    reference = gguf.GGUFReader(path)
+    for key, field in reference.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        if key.startswith("tokenizer."):
+            assert key in header.metadata  # 300 tokens: short enough to keep
+            continue
+        value = field.contents()
+        expected = pytest.approx(value) if isinstance(value, float) else value
+        assert header.metadata[key] == expected, key
+    [tensor] = [t for t in reference.tensors if t.name == "rope_freqs.weight"]
+    assert header.tensors["rope_freqs.weight"] == [float(v) for v in tensor.data]
+
+
+def sparse_gguf(path: Path, huge_bytes: int) -> Path:
+    """A GGUF whose first tensor declares ``huge_bytes`` of data (the file is sparse there) and whose rope_freqs
+    tensor lies after it, with a long vocabulary in the header."""
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(2)
+    writer.add_token_list([f"t{i}" for i in range(50_000)])
+    writer.add_tensor_info("token_embd.weight", [huge_bytes // 4], np.dtype(np.float32), huge_bytes)
+    writer.add_tensor_info("rope_freqs.weight", [4], np.dtype(np.float32), 16)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    start = -(-path.stat().st_size // 32) * 32
+    with path.open("r+b") as file:
+        file.truncate(start + huge_bytes + 16)
+        file.seek(start + huge_bytes)  # the rope tensor's offset: after the huge one (aligned: huge_bytes % 32 == 0)
+        file.write(np.array([1, 2, 3, 4], dtype=np.float32).tobytes())
+    return path
+
+
+def bytes_read() -> int:
+    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(fields["rchar"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts bytes read through /proc/self/io")
+def test_a_huge_file_is_read_fast_and_little(tmp_path: Path) -> None:
+    path = sparse_gguf(tmp_path / "huge.gguf", 8 << 30)  # 8 GiB of declared weights
+    assert path.stat().st_size > 8 << 30
+    before = bytes_read()
+    result = read_gguf(path)
+    read_bytes = bytes_read() - before
+    assert result["tensors"] == {"rope_freqs.weight": [1.0, 2.0, 3.0, 4.0]}
+    assert read_bytes < 4 << 20, read_bytes  # the header (a 50k-token vocabulary skipped) and 16 bytes
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda data: b"GGML" + data[4:], "not a GGUF file"),
+        (lambda data: data[:4] + (1).to_bytes(4, "little") + data[8:], "version 1"),
+        (lambda data: data[:200], "truncated|past the end of the file"),
+        (lambda data: data[:16] + (1 << 40).to_bytes(8, "little") + data[24:], "not a model's"),
+    ],
+)
+def test_a_damaged_file_is_a_read_error(tmp_path: Path, damage: Callable[[bytes], bytes], message: str) -> None:
+    path = convert(PRESETS["llama-3.1-8b"], tmp_path / "llama.gguf")
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(GgufReadError, match=message):
+        read_gguf(path)
+
+
+def test_a_string_count_past_the_end_of_the_file_is_refused(tmp_path: Path) -> None:
+    path = convert(PRESETS["llama-3.1-8b"], tmp_path / "llama.gguf")
+    data = bytearray(path.read_bytes())
+    first_key_length = 24  # after magic, version and the two counts
+    data[first_key_length : first_key_length + 8] = (1 << 50).to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(GgufReadError, match="past the end of the file"):
+        read_gguf(path)
+
+
+# ------------------------------------------------------------------------------------------------ bounds
+@pytest.mark.parametrize(
+    ("metadata", "tensors", "loc"),
+    [
+        ({"llama.x": list(range(9000))}, {}, ("metadata", "llama.x")),
+        ({"k": "x" * 5000}, {}, ("metadata", "k")),
+        ({"k": {"nested": 1}}, {}, ("metadata", "k")),
+        ({f"k{i}": list(range(8000)) for i in range(9)}, {}, ("metadata",)),
+        ({}, {"token_embd.weight": [1.0]}, ("tensors", "token_embd.weight")),
+        ({}, {"rope_freqs.weight": [1.0] * 5000}, ("tensors", "rope_freqs.weight")),
+    ],
+)
+def test_metadata_over_the_bounds_is_refused_at_its_key(
+    metadata: dict[str, Any], tensors: dict[str, list[float]], loc: tuple[str, ...]
+) -> None:
+    with pytest.raises(InvalidInput) as error:
+        check_metadata(metadata, tensors)
+    assert error.value.loc == loc
+
+
+def test_metadata_without_an_architecture_or_with_a_bad_value_is_refused_at_its_key() -> None:
+    with pytest.raises(InvalidInput) as error:
+        config_from_gguf({"llama.block_count": 2})
+    assert error.value.loc == ("metadata", "general.architecture")
+    with pytest.raises(InvalidInput) as error:
+        config_from_gguf({"general.architecture": "llama", "llama.rope.freq_base": "high"})
+    assert error.value.loc == ("metadata", "llama.rope.freq_base")
+    with pytest.raises(InvalidInput) as error:
+        config_from_gguf({"general.architecture": "llama", "llama.rope.scaling.type": "ntk"})
+    assert error.value.loc == ("metadata", "llama.rope.scaling.type")
