@@ -40,7 +40,8 @@ class LayerSetup:
     rotary_fraction: float = 1.0  # the share of the head's features rotated (rotary methods)
     window: int | None = None  # sliding window: query i sees keys i − w + 1 .. i
     chunk: int | None = None  # chunked attention: query i sees keys of its own block of c tokens, up to i
-    temperature: tuple[float, float] | None = None  # Llama 4's (floor_scale, attn_scale) on the queries
+    # the query temperature (floor_scale, attn_scale, position_offset): Llama 4's, offset 1; Mistral 3's, offset 0
+    temperature: tuple[float, float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +62,7 @@ class LayerSetup:
             rotary_fraction=float(data.get("rotary_fraction", 1.0)),
             window=data.get("window"),
             chunk=data.get("chunk"),
-            temperature=None if temperature is None else (float(temperature[0]), float(temperature[1])),
+            temperature=_temperature(temperature),
         )
 
 
@@ -173,10 +174,18 @@ def resolve_layers(
                 rotary_fraction=float(override.get("rotary_fraction") or 1.0),
                 window=override.get("window"),
                 chunk=override.get("chunk"),
-                temperature=None if temperature is None else (float(temperature[0]), float(temperature[1])),
+                temperature=_temperature(temperature),
             )
         )
     return resolved
+
+
+def _temperature(value: Sequence[float] | None) -> tuple[float, float, float] | None:
+    """(floor_scale, attn_scale, position_offset) from a list of two (Llama 4's offset 1 implied) or three."""
+    if value is None:
+        return None
+    offset = float(value[2]) if len(value) > 2 else 1.0
+    return float(value[0]), float(value[1]), offset
 
 
 # Keys of a rotary method's params that are lengths of the source model's context, scaled to the tiny model's.
@@ -217,5 +226,6 @@ def _tiny_layer(layer: LayerRope, train_length: int, span: int) -> dict[str, Any
     if layer.chunk is not None:
         row["chunk"] = span
     if layer.query_temperature is not None:
-        row["temperature"] = (float(span), float(layer.query_temperature["attn_scale"]))
+        tuning = layer.query_temperature
+        row["temperature"] = (float(span), float(tuning["attn_scale"]), float(tuning.get("position_offset", 1.0)))
     return row

@@ -66,6 +66,9 @@ class RopeProportionalParams(MethodParams):
 @register(
     "rope_proportional",
     kind=Kind.ROTARY,
+    # transformers' rope_type "proportional" (Gemma 4); its partial_rotary_factor is this method's rotated_fraction
+    config_spellings=("proportional",),
+    config_keys=("factor",),
     params=RopeProportionalParams,
     paper="Barbero, Vitvitskyi, Perivolaropoulos, Pascanu, Veličković. Round and Round We Go! What makes Rotary "
     "Positional Encodings useful? (ICLR 2025). https://arxiv.org/abs/2410.06205; Gemma 4 form from Hugging Face "

@@ -68,6 +68,8 @@ class RopeFields(BaseModel):
         default=None, min_length=3, max_length=3
     )
     mrope_interleaved: bool | None = None
+    # Mistral 3 / Ministral 3 / Mistral 4: q times 1 + β·ln(1 + floor(n / original_max_position_embeddings))
+    llama_4_scaling_beta: Annotated[float, Field(ge=0, le=MAX_FACTOR)] | None = None
 
     @property
     def kind(self) -> str:
@@ -112,6 +114,12 @@ class TextFields(BaseModel):
     attn_temperature_tuning: Any = None  # Llama 4: true (Hugging Face) or a non-negative integer (Meta's params)
     floor_scale: Annotated[float, Field(gt=0, le=MAX_POSITIONS)] | None = None
     attn_scale: Annotated[float, Field(ge=0, le=MAX_FACTOR)] | None = None
+    global_head_dim: HeadDim | None = None  # Gemma 4: the full-attention layers' head width
+    full_attention_interval: Layers | None = None  # Qwen3-Next: every n-th layer full attention, the rest linear
+    index_head_dim: HeadDim | None = None  # DeepSeek-V3.2 / GLM-5 sparse-attention indexer's head width
+    indexer_rope_interleave: bool | None = None  # the indexer's pairing (vLLM; absent: half)
+    mla_use_nope: bool | None = None  # Kimi Linear / GLM-5: the MLA layers rotate nothing
+    linear_attn_config: dict[str, Any] | None = None  # Kimi Linear: kda_layers / full_attn_layers (1-based)
 
     @field_validator("attn_temperature_tuning", mode="before")
     @classmethod
@@ -119,6 +127,16 @@ class TextFields(BaseModel):
         if value is None or isinstance(value, bool) or (isinstance(value, int) and value >= 0):
             return value
         raise ValueError("must be true, false or a non-negative integer")
+
+
+class LinearAttentionFields(BaseModel):
+    """Kimi Linear's ``linear_attn_config``: which layers (1-based, as its checkpoints count) are linear (KDA) and
+    which full attention."""
+
+    model_config = _STRICT
+
+    kda_layers: list[Layers] | None = Field(default=None, max_length=MAX_LAYERS)
+    full_attn_layers: list[Layers] | None = Field(default=None, max_length=MAX_LAYERS)
 
 
 class DiffusersFields(BaseModel):

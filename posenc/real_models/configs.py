@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from posenc.pe import RotaryContext, RotaryFrequencies, get_method, list_methods
 from posenc.real_models.config_fields import (
     MAX_HEAD_DIM,
     DiffusersFields,
+    LinearAttentionFields,
     RopeFields,
     TextFields,
     check_json_value,
@@ -47,12 +48,26 @@ from posenc.real_models.config_fields import (
 
 DEFAULT_THETA = 10000.0  # what Hugging Face and vLLM assume when a config names no rope_theta
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
+INDEXED = "indexed_attention"  # DeepSeek Sparse Attention: MLA over the keys its indexer picks
+LINEAR = "linear_attention"  # Qwen3-Next's Gated DeltaNet, Kimi Linear's KDA: no attention scores, no RoPE
 
 # rope_type (every spelling read) -> the registered method
 # Hugging Face rope_type spellings -> the method (each method's ``config_spellings`` in the registry)
 ROPE_TYPE_METHODS: dict[str, str] = {
     spelling: spec.name for spec in list_methods() for spelling in spec.config_spellings
 }
+
+
+# A method param that is Hugging Face's partial_rotary_factor read by the method itself: the rotated width stays the
+# whole head and the method leaves the other pairs unrotated (transformers' proportional RoPE pads ω with zeros over
+# head_dim, where every other rope type narrows the rotated slice).
+FRACTION_PARAM = "rotated_fraction"
+HF_PARTIAL_DEFAULT = 1.0  # transformers' default of partial_rotary_factor
+
+
+def takes_fraction(method: str) -> bool:
+    """Whether ``method`` reads partial_rotary_factor as its own ``FRACTION_PARAM``."""
+    return FRACTION_PARAM in get_method(method).params_model.model_fields
 
 
 def method_keys(method: str) -> tuple[str, ...]:
@@ -62,9 +77,19 @@ def method_keys(method: str) -> tuple[str, ...]:
 
 # model types whose rotary pairs are interleaved unless the config says rope_interleave: false (Llama 4 rotates
 # complex numbers made of adjacent features; DeepSeek's rope_interleave defaults to true)
-INTERLEAVED_MODEL_TYPES = frozenset({"llama4", "llama4_text", "deepseek_v2", "deepseek_v3"})
+INTERLEAVED_MODEL_TYPES = frozenset(
+    {"llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4"}
+)
 # model types whose sliding-window layers are trained unscaled (their own θ), whatever the global layers use
-SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text"})
+SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text", "gemma4", "gemma4_text"})
+# model types whose attention multiplies the logits by 1 (q and k RMS-normalised per head; transformers' scaling=1.0)
+UNIT_SOFTMAX_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
+# model types whose sparse-attention indexer rotates interleaved pairs in transformers (GLM-5); DeepSeek-V3.2's
+# rotates in halves (rotate_half), unlike its MLA
+INDEXER_INTERLEAVED_MODEL_TYPES = frozenset({"glm_moe_dsa"})
+# model types whose global layers are trained with a method that reads partial_rotary_factor itself (Gemma 4's
+# proportional RoPE): an ordinary partial rotation there is a port bug
+PROPORTIONAL_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
 
 
 @dataclass(frozen=True)
@@ -95,10 +120,13 @@ class LayerRope:
     query_temperature: dict[str, Any] | None = None  # Llama 4's position-dependent query scaling, where it applies
     mrope_section: list[int] | None = None  # M-RoPE: pairs per (t, h, w) section
     shared_key_rope: bool = False  # MLA: one rotated key part for all heads
+    indexer: LayerRope | None = None  # DeepSeek-V3.2 / GLM-5: the sparse-attention indexer's own rotation
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["rotary_slice"] = list(self.rotary_slice)
+        if self.indexer is not None:
+            data["indexer"] = self.indexer.to_json()
         return data
 
 
@@ -128,10 +156,13 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-def query_temperature(positions: torch.Tensor, floor_scale: float, attn_scale: float) -> torch.Tensor:
+def query_temperature(
+    positions: torch.Tensor, floor_scale: float, attn_scale: float, position_offset: float = 1.0
+) -> torch.Tensor:
     """Llama 4's query temperature on its NoPE layers (Nakanishi 2025, "Scalable-Softmax"; Meta's Llama 4 code):
-    τ(n) = log(1 + floor((n + 1) / floor_scale)) · attn_scale + 1, multiplying q at position n. (N,) float64."""
-    steps = torch.floor((positions.to(torch.float64) + 1.0) / floor_scale)  # (N,)
+    τ(n) = log(1 + floor((n + o) / floor_scale)) · attn_scale + 1, multiplying q at position n, o = 1 (a layer's
+    ``query_temperature["position_offset"]``; Mistral 3's llama_4_scaling_beta: o = 0). (N,) float64."""
+    steps = torch.floor((positions.to(torch.float64) + position_offset) / floor_scale)  # (N,)
     return torch.log1p(steps) * attn_scale + 1.0
 
 
@@ -150,11 +181,23 @@ def _layer_types(text: TextFields, layers: int) -> list[str]:
         if len(text.layer_types) != layers:
             raise InvalidInput(("layer_types",), f"must list one attention type per layer ({layers})")
         return list(text.layer_types)
+    if text.linear_attn_config is not None:
+        linear = read(LinearAttentionFields, text.linear_attn_config, ("linear_attn_config",))
+        if linear.full_attn_layers is not None or linear.kda_layers is not None:
+            full = set(linear.full_attn_layers or [])
+            if any(number > layers for number in full | set(linear.kda_layers or [])):
+                raise InvalidInput(("linear_attn_config",), f"numbers layers 1 ... {layers} (1-based)")
+            return [FULL if index + 1 in full else LINEAR for index in range(layers)]
+    if text.full_attention_interval is not None:
+        interval = text.full_attention_interval
+        return [FULL if (index + 1) % interval == 0 else LINEAR for index in range(layers)]
     pattern = text.sliding_window_pattern
     if pattern is not None and text.sliding_window:
         return [FULL if (index + 1) % pattern == 0 else SLIDING for index in range(layers)]
     if text.attention_chunk_size:
         return [CHUNKED] * layers
+    if text.index_head_dim is not None:
+        return [INDEXED] * layers  # DeepSeek-V3.2 / GLM-5: every layer's attention is chosen by the indexer
     return [FULL] * layers
 
 
@@ -170,9 +213,14 @@ def _rope_layers(text: TextFields, layers: int) -> list[bool]:
     return [True] * layers
 
 
-def _rotary_dims(text: TextFields, head_dim: int, rope: RopeFields) -> tuple[int, int, list[ConfigWarning]]:
-    """(rotary_dim, start of the rotated slice, warnings) from the partial-rotation keys."""
+def _rotary_dims(
+    text: TextFields, head_dim: int, rope: RopeFields, method: str
+) -> tuple[int, int, list[ConfigWarning]]:
+    """(rotary_dim, start of the rotated slice, warnings) from the partial-rotation keys; a method that reads the
+    fraction itself (``FRACTION_PARAM``: Gemma 4's proportional RoPE) turns the whole head."""
     warnings: list[ConfigWarning] = []
+    if takes_fraction(method):
+        return head_dim, 0, warnings
     if text.qk_rope_head_dim is not None:
         if text.qk_rope_head_dim < 2 or text.qk_rope_head_dim % 2:
             raise InvalidInput(
@@ -296,6 +344,7 @@ class _Method:
     params: dict[str, Any]
     origins: dict[str, Loc]
     section: list[int] | None
+    default_theta: bool = False  # no rope_theta anywhere: the base is DEFAULT_THETA
 
 
 def _method_params(block: _Block, text: TextFields) -> _Method:
@@ -333,16 +382,56 @@ def _method_params(block: _Block, text: TextFields) -> _Method:
     if method == "rope_longrope" and "max_position_embeddings" in params:
         params.setdefault("original_max_position_embeddings", params["max_position_embeddings"])
         origins.setdefault("original_max_position_embeddings", ("max_position_embeddings",))
+    if takes_fraction(method):
+        if rope.partial_rotary_factor is not None:
+            fraction, origin = rope.partial_rotary_factor, (*loc, "partial_rotary_factor")
+        elif text.partial_rotary_factor is not None:
+            fraction, origin = text.partial_rotary_factor, ("partial_rotary_factor",)
+        else:
+            fraction, origin = HF_PARTIAL_DEFAULT, loc
+        params[FRACTION_PARAM] = fraction
+        origins[FRACTION_PARAM] = origin
     section = rope.mrope_section
     if section is not None and method == "rope":  # M-RoPE: the same frequencies, each pair turned by t, h or w
         method = "mrope"
         params["mrope_section"] = list(section)
         params["layout"] = "interleaved" if rope.mrope_interleaved else "chunked"
         origins["mrope_section"] = (*loc, "mrope_section")
-    return _Method(method, params, origins, None if section is None else list(section))
+    return _Method(method, params, origins, None if section is None else list(section), default_theta=theta_loc == loc)
 
 
-def _frequencies(method: str, params: Mapping[str, Any], rotary_dim: int, seq_len: int = 1) -> RotaryFrequencies:
+def _scaled(method: _Method) -> bool:
+    """Whether the method stretches RoPE for a longer context: a factor above 1, or (LongRoPE) config keys beyond
+    the base and none of them a factor."""
+    keys = method_keys(method.name)
+    factor = method.params.get("factor")
+    return (factor is not None and factor > 1) if "factor" in keys else bool(keys)
+
+
+def _default_theta_warning(layer_type: str, block: _Block, method: _Method, text: TextFields) -> ConfigWarning:
+    params = method.params
+    return ConfigWarning(
+        "default_theta_with_scaling",
+        f"the rope parameters ({layer_type}) scale RoPE ({block.fields.kind}"
+        + (f", factor {params['factor']}" if "factor" in params else "")
+        + f") for max_position_embeddings={text.max_position_embeddings}, but no rope_theta is given anywhere, so "
+        f"the base is the default {DEFAULT_THETA:g} (what transformers runs). A long-context scaling is almost "
+        "never trained at the default base: check the checkpoint's rope_theta.",
+        [],
+        {
+            "layer_type": layer_type,
+            "rope_type": block.fields.kind,
+            "factor": params.get("factor"),
+            "original_max_position_embeddings": params.get("original_max_position_embeddings"),
+            "max_position_embeddings": text.max_position_embeddings,
+            "base": DEFAULT_THETA,
+        },
+    )
+
+
+def rope_frequencies(method: str, params: Mapping[str, Any], rotary_dim: int, seq_len: int = 1) -> RotaryFrequencies:
+    """The frequencies of ``method`` with raw ``params`` over ``rotary_dim`` features (float64), as the registry
+    computes them; a bad param is InvalidInput at ("params", …)."""
     spec = get_method(method)
     try:
         parsed = spec.parse_params(dict(params))
@@ -357,7 +446,7 @@ def _attention_scale(method: _Method, rotary_dim: int) -> float:
     """The factor on cos and sin as the method computes it; a param the method refuses is reported at the config
     key it was read from."""
     try:
-        return float(_frequencies(method.name, method.params, rotary_dim).attention_scale)
+        return float(rope_frequencies(method.name, method.params, rotary_dim).attention_scale)
     except InvalidInput as exc:
         param = exc.loc[1] if len(exc.loc) > 1 and exc.loc[0] == "params" else None
         where = method.origins.get(str(param)) if param is not None else None
@@ -368,7 +457,7 @@ def layer_frequencies(layer: LayerRope, seq_len: int = 1) -> RotaryFrequencies:
     """The layer's rotary frequencies from its registered method (float64), at a sequence of ``seq_len``."""
     if layer.method is None:
         raise InvalidInput(("layer",), f"layer {layer.layer} is a NoPE layer: it has no rotation")
-    return _frequencies(layer.method, layer.params, layer.rotary_dim, seq_len)
+    return rope_frequencies(layer.method, layer.params, layer.rotary_dim, seq_len)
 
 
 # ---------------------------------------------------------------------------------------------- resolve
@@ -427,7 +516,10 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     warnings: list[ConfigWarning] = []
     types = _layer_types(text, layers)
     rotating = _rope_layers(text, layers)
-    blocks, nested = _rope_blocks(text, types, warnings)
+    if text.mla_use_nope and mla_rope is not None:
+        rotating = [False] * layers  # Kimi Linear / GLM-5: the MLA layers' rope part is never rotated
+    rotating = [rotate and layer_type != LINEAR for rotate, layer_type in zip(rotating, types, strict=True)]
+    blocks, nested = _rope_blocks(text, [t for t in types if t != LINEAR] or [FULL], warnings)
     interleave = text.rope_interleave if text.rope_interleave is not None else model_type in INTERLEAVED_MODEL_TYPES
     pairing = "interleaved" if interleave or text.is_neox_style is False else "half"
     window, chunk = text.sliding_window, text.attention_chunk_size
@@ -436,32 +528,53 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
         temperature = {
             "floor_scale": text.floor_scale if text.floor_scale is not None else 8192.0,
             "attn_scale": text.attn_scale if text.attn_scale is not None else 0.1,
+            "position_offset": 1,
             "formula": "q · (log(floor((n + 1) / floor_scale) + 1) · attn_scale + 1)",
             "applies_to": "NoPE layers",
         }
-    softmax_scale, scale_source = head_dim**-0.5, "head_dim ** -0.5"
-    if text.query_pre_attn_scalar is not None:
-        softmax_scale, scale_source = text.query_pre_attn_scalar**-0.5, "query_pre_attn_scalar ** -0.5"
+
+    def width(layer_type: str) -> int:
+        """A layer type's head width: Gemma 4's full-attention layers have their own (global_head_dim)."""
+        return text.global_head_dim if layer_type == FULL and text.global_head_dim is not None else head_dim
+
+    def base_softmax(layer_type: str) -> tuple[float, str]:
+        if model_type in UNIT_SOFTMAX_MODEL_TYPES:
+            return 1.0, f"1 ({model_type} normalises q and k per head: q_norm, k_norm)"
+        if text.query_pre_attn_scalar is not None:
+            return text.query_pre_attn_scalar**-0.5, "query_pre_attn_scalar ** -0.5"
+        if layer_type == FULL and text.global_head_dim is not None:
+            return width(layer_type) ** -0.5, "global_head_dim ** -0.5"
+        return head_dim**-0.5, "head_dim ** -0.5"
+
     methods = {layer_type: _method_params(block, text) for layer_type, block in blocks.items() if block is not None}
     # one rotation per layer type: its rotated width, method, params and attention scale, computed once
     setups: dict[str, tuple[int, int, _Method, float]] = {}
     for layer_type, method in methods.items():
         block = blocks[layer_type]
         assert block is not None
-        rotary_dim, start, dim_warnings = _rotary_dims(text, head_dim, block.fields)
+        rotary_dim, start, dim_warnings = _rotary_dims(text, width(layer_type), block.fields, method.name)
         warnings.extend(w for w in dim_warnings if w not in warnings)
-        if method.name == "mrope" and method.section is not None and 2 * sum(method.section) != rotary_dim:
-            # sections that do not cover the rotated pairs cannot be applied: resolved as 1D RoPE (what text
-            # positions, t = h = w, give anyway), and warned about (mrope_section_mismatch)
-            method = replace(method, name="rope", params={"base": method.params["base"]})
+        if method.section is not None and 2 * sum(method.section) != rotary_dim:
+            # sections that do not cover the rotated pairs cannot be applied by any model (Qwen2-VL's split of
+            # cos/sin by the doubled sections fails): refused at the key the user sent
+            raise InvalidInput(
+                (*block.loc, "mrope_section"),
+                f"{method.section} gives 2 x {sum(method.section)} = {2 * sum(method.section)} rotated features, "
+                f"but the layer rotates {rotary_dim}: the sections count pairs and must sum to rotary_dim / 2 = "
+                f"{rotary_dim // 2}",
+            )
+        if method.default_theta and _scaled(method):
+            warnings.append(_default_theta_warning(layer_type, block, method, text))
         setups[layer_type] = (rotary_dim, start, method, _attention_scale(method, rotary_dim))
     resolved: list[LayerRope] = []
     for index, layer_type in enumerate(types):
-        rope = blocks[layer_type] is not None and rotating[index]
+        rope = layer_type != LINEAR and blocks[layer_type] is not None and rotating[index]
         setup = setups.get(layer_type)
         if layer_type == CHUNKED and not rotating[index] and text.layer_types is None:
             layer_type = FULL  # Llama 4: the NoPE layers attend globally, the RoPE layers in chunks
-        layer_scale, layer_source = softmax_scale, scale_source
+        layer_scale, layer_source = base_softmax(layer_type)
+        query_scale = temperature if temperature is not None and not rope else None
+        indexer = None
         if rope and setup is not None:
             rotary_dim, start, method, attention_scale = setup
             name, params, section = method.name, dict(method.params), method.section
@@ -469,6 +582,11 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
                 mscale = yarn_mscale(float(params["factor"]), float(params["mscale_all_dim"]))
                 layer_scale *= mscale * mscale
                 layer_source = "(qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * mscale(factor, mscale_all_dim) ** 2"
+            block = blocks[layer_type]
+            assert block is not None
+            query_scale = _llama4_query_scale(block.fields, params, text) or query_scale
+            if mla_rope is not None and text.index_head_dim is not None:
+                indexer = _indexer(index, layer_type, name, params, text, model_type, attention_scale)
         else:
             name, params, section, rotary_dim, start, attention_scale = None, {}, None, 0, 0, 1.0
             rope = False
@@ -478,7 +596,7 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
                 layer_type=layer_type,
                 method=name,
                 params=params,
-                head_dim=head_dim,
+                head_dim=width(layer_type),
                 rotary_dim=rotary_dim,
                 rotary_slice=(start, start + rotary_dim),
                 pairing=pairing,
@@ -487,13 +605,72 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
                 softmax_scale_source=layer_source,
                 window=window if layer_type == SLIDING else None,
                 chunk=chunk if layer_type == CHUNKED and rope else None,
-                query_temperature=temperature if temperature is not None and not rope else None,
+                query_temperature=query_scale,
                 mrope_section=section,
                 shared_key_rope=mla_rope is not None and rope,
+                indexer=indexer,
             )
         )
     warnings.extend(_pattern_warnings(text, model_type, resolved, nested))
     return ResolvedConfig(model_type=model_type, layers=resolved, warnings=warnings)
+
+
+def _llama4_query_scale(rope: RopeFields, params: Mapping[str, Any], text: TextFields) -> dict[str, Any] | None:
+    """Mistral 3 / Ministral 3 / Mistral 4's query scale, read from the rope dict's ``llama_4_scaling_beta``:
+    q at position n times 1 + β·ln(1 + floor(n / L0)), L0 the rope dict's original_max_position_embeddings (as
+    transformers' ``get_llama_4_attn_scale`` reads it), after the rotation, on every RoPE layer."""
+    beta = rope.llama_4_scaling_beta
+    if beta is None:
+        return None
+    original = params.get("original_max_position_embeddings") or rope.original_max_position_embeddings
+    original = original or text.max_position_embeddings
+    if original is None:
+        raise InvalidInput(
+            ("original_max_position_embeddings",), "is needed by llama_4_scaling_beta (the query scale's floor)"
+        )
+    return {
+        "floor_scale": float(original),
+        "attn_scale": beta,
+        "position_offset": 0,
+        "formula": "q · (1 + attn_scale · log(1 + floor(n / floor_scale)))",
+        "applies_to": "RoPE layers (llama_4_scaling_beta: after the rotation)",
+    }
+
+
+def _indexer(
+    index: int,
+    layer_type: str,
+    method: str,
+    params: Mapping[str, Any],
+    text: TextFields,
+    model_type: str | None,
+    attention_scale: float,
+) -> LayerRope:
+    """The sparse-attention indexer's rotation of an MLA layer (DeepSeek-V3.2, GLM-5): the main attention's
+    frequencies over the first qk_rope_head_dim of its index_head_dim features (then the unrotated rest), in its
+    own pairing: ``indexer_rope_interleave`` (vLLM reads it, default false: half), else the model's own code
+    (transformers: GLM-5 interleaved, DeepSeek-V3.2 half)."""
+    rope_dim = text.qk_rope_head_dim or 0
+    index_dim = text.index_head_dim or 0
+    if rope_dim > index_dim:
+        raise InvalidInput(("index_head_dim",), f"is {index_dim}: the indexer rotates qk_rope_head_dim = {rope_dim}")
+    interleave = text.indexer_rope_interleave
+    if interleave is None:
+        interleave = model_type in INDEXER_INTERLEAVED_MODEL_TYPES
+    return LayerRope(
+        layer=index,
+        layer_type=layer_type,
+        method=method,
+        params=dict(params),
+        head_dim=index_dim,
+        rotary_dim=rope_dim,
+        rotary_slice=(0, rope_dim),
+        pairing="interleaved" if interleave else "half",
+        attention_scale=attention_scale,
+        softmax_scale=index_dim**-0.5,
+        softmax_scale_source="index_head_dim ** -0.5",
+        shared_key_rope=True,
+    )
 
 
 def _pattern_warnings(
@@ -506,16 +683,60 @@ def _pattern_warnings(
         if layer.layer_type == SLIDING and layer.method not in (None, "rope") and layer.params.get("factor", 1) != 1
     ]
     expects_unscaled = model_type in SLIDING_UNSCALED_MODEL_TYPES or text.rope_local_base_freq is not None
-    if sliding_scaled and expects_unscaled and not nested:
+    if sliding_scaled and expects_unscaled:
         first = layers[sliding_scaled[0]]
+        fix = (
+            "Give the sliding_attention rope parameters rope_type default and the local rope_theta."
+            if nested
+            else "Give rope parameters per layer type."
+        )
         warnings.append(
             ConfigWarning(
                 "sliding_layers_scaled",
                 f"the sliding-window layers get the global scaling ({first.method}, factor "
                 f"{first.params.get('factor')}); {model_type} trains them unscaled with their own rope_theta "
-                "(rope_local_base_freq). Give rope parameters per layer type.",
+                f"(rope_local_base_freq). {fix}",
                 sliding_scaled,
-                {"method": first.method, "factor": first.params.get("factor"), "base": first.params.get("base")},
+                {
+                    "method": first.method,
+                    "factor": first.params.get("factor"),
+                    "base": first.params.get("base"),
+                    "per_layer_type": nested,
+                },
+            )
+        )
+    narrowed = [
+        layer.layer
+        for layer in layers
+        if model_type in PROPORTIONAL_MODEL_TYPES
+        and layer.layer_type == FULL
+        and layer.method is not None
+        and not takes_fraction(layer.method)
+        and layer.rotary_dim < layer.head_dim
+    ]
+    if narrowed:
+        first = layers[narrowed[0]]
+        warnings.append(
+            ConfigWarning(
+                "partial_rotary_not_proportional",
+                f"{model_type}'s global layers rotate with proportional RoPE (rope_type proportional): ω over the "
+                f"whole {first.head_dim}-wide head and the pairs past partial_rotary_factor·d/2 left unrotated. "
+                f"This config rotates a {first.rotary_dim}-feature slice with ω over {first.rotary_dim} instead "
+                "(another denominator, other features): set rope_type proportional for full_attention.",
+                narrowed,
+                {"method": first.method, "rotary_dim": first.rotary_dim, "head_dim": first.head_dim},
+            )
+        )
+    indexed = [layer.layer for layer in layers if layer.indexer is not None]
+    if indexed and model_type in INDEXER_INTERLEAVED_MODEL_TYPES and text.indexer_rope_interleave is None:
+        warnings.append(
+            ConfigWarning(
+                "indexer_pairing_unspecified",
+                f"the config does not say indexer_rope_interleave: {model_type}'s own code rotates the sparse "
+                "indexer's q and k in interleaved pairs (resolved so), but vLLM reads a missing key as false and "
+                "rotates them in halves, which picks other keys. Set indexer_rope_interleave: true.",
+                indexed,
+                {"model_code": "interleaved", "vllm_default": "half", "indexer_rope_interleave": None},
             )
         )
     yarn = [layer.layer for layer in layers if layer.method == "rope_yarn"]
@@ -552,23 +773,6 @@ def _pattern_warnings(
                     "method": first.method,
                     "original_max_position_embeddings": first.params.get("original_max_position_embeddings"),
                 },
-            )
-        )
-    mismatched = [
-        layer.layer
-        for layer in layers
-        if layer.mrope_section is not None and 2 * sum(layer.mrope_section) != layer.rotary_dim
-    ]
-    if mismatched:
-        layer = layers[mismatched[0]]
-        assert layer.mrope_section is not None
-        warnings.append(
-            ConfigWarning(
-                "mrope_section_mismatch",
-                f"mrope_section {layer.mrope_section} covers {2 * sum(layer.mrope_section)} features, but "
-                f"{layer.rotary_dim} are rotated: the sections are in pairs and must sum to rotary_dim / 2.",
-                mismatched,
-                {"mrope_section": layer.mrope_section, "rotary_dim": layer.rotary_dim},
             )
         )
     return warnings
@@ -703,7 +907,10 @@ def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
         block, where = full, ("rope_parameters", FULL)
     rope = _canonical_rope(block, where)
     text["rope_theta"] = rope.pop("rope_theta", text.get("rope_theta", DEFAULT_THETA))
-    if "partial_rotary_factor" in rope:
+    method = ROPE_TYPE_METHODS.get(str(rope["rope_type"]))
+    if "partial_rotary_factor" in rope and not (method is not None and takes_fraction(method)):
+        # (a method reading the fraction itself keeps it in its dict: at the top level it would narrow every
+        # layer type's rotation, Gemma 4's sliding layers too)
         text["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
     text["rope_scaling"] = None if rope == {"rope_type": "default"} else rope
     return text

@@ -45,6 +45,29 @@ _GEMMA3_TEXT = {
     "sliding_window_pattern": 6,
 }
 
+# google/gemma-4-26B-A4B-it's text_config (v5 only: per-layer-type rope_parameters). Values as its published
+# config.json reports them (public copies found with the search tools: 30 layers, 5:1 sliding/full, 1024 window,
+# head_dim 256 and global_head_dim 512, 2 global KV heads sharing K and V, 256K context); the rope dicts are also
+# transformers 5.23's Gemma4TextConfig defaults.
+_GEMMA4_TEXT = {
+    "model_type": "gemma4_text",
+    "attention_k_eq_v": True,
+    "global_head_dim": 512,
+    "head_dim": 256,
+    "hidden_size": 2816,
+    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+    "max_position_embeddings": 262144,
+    "num_attention_heads": 16,
+    "num_global_key_value_heads": 2,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 8,
+    "rope_parameters": {
+        "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+    },
+    "sliding_window": 1024,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "llama-3.1-8b": {
         "model_type": "llama",
@@ -152,6 +175,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
     },
     "gemma-3-4b": {"model_type": "gemma3", "text_config": _GEMMA3_TEXT},
+    "gemma-4-26b-a4b": {"model_type": "gemma4", "text_config": _GEMMA4_TEXT},
     "deepseek-v3": {
         "model_type": "deepseek_v3",
         "hidden_size": 7168,
@@ -172,6 +196,132 @@ PRESETS: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 4096,
             "type": "yarn",
         },
+    },
+    # DeepSeek-V3.2-Exp's published config.json (v4 dialect; DeepSeek-V3's YaRN plus the DSA indexer's sizes)
+    "deepseek-v3.2": {
+        "model_type": "deepseek_v32",
+        "hidden_size": 7168,
+        "index_head_dim": 128,
+        "index_n_heads": 64,
+        "index_topk": 2048,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "num_hidden_layers": 61,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "max_position_embeddings": 163840,
+        "rope_theta": 10000,
+        "rope_scaling": {
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 40,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
+    },
+    # GLM-5 (zai-org/GLM-5): sizes and the indexer/MLA pairing keys as its config.json publishes them (found with the
+    # search tools); rope_parameters as transformers 5.23's GlmMoeDsaConfig defaults (θ 10000, no scaling)
+    "glm-5": {
+        "model_type": "glm_moe_dsa",
+        "hidden_size": 6144,
+        "index_head_dim": 128,
+        "index_n_heads": 32,
+        "index_topk": 2048,
+        "indexer_rope_interleave": True,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "num_hidden_layers": 78,
+        "qk_nope_head_dim": 192,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 256,
+        "max_position_embeddings": 202752,
+        "rope_interleave": True,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    },
+    # Ministral 3 8B's text model: transformers 5.23's Ministral3Config defaults (the published 2512 checkpoints'
+    # values: YaRN 16 over 16384 with mscale = mscale_all_dim = 1, so attention factor 1, and llama_4_scaling_beta)
+    "ministral-3-8b": {
+        "model_type": "mistral3",
+        "text_config": {
+            "model_type": "ministral3",
+            "head_dim": 128,
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 34,
+            "max_position_embeddings": 262144,
+            "rope_parameters": {
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "factor": 16.0,
+                "llama_4_scaling_beta": 0.1,
+                "max_position_embeddings": 262144,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "original_max_position_embeddings": 16384,
+                "rope_theta": 1000000.0,
+                "rope_type": "yarn",
+            },
+        },
+    },
+    # Mistral 4: transformers 5.23's Mistral4Config defaults (MLA with interleaved rope pairs, YaRN 128 over 8192,
+    # mscale = mscale_all_dim = 1, llama_4_scaling_beta)
+    "mistral-4": {
+        "model_type": "mistral4",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "num_hidden_layers": 36,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "kv_lora_rank": 256,
+        "max_position_embeddings": 1048576,
+        "rope_interleave": True,
+        "rope_parameters": {
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "factor": 128.0,
+            "llama_4_scaling_beta": 0.1,
+            "max_position_embeddings": 1048576,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 8192,
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 10000.0,
+            "rope_type": "yarn",
+        },
+    },
+    # Qwen3-Next-80B-A3B's published config.json: Gated DeltaNet layers (no RoPE) with every 4th layer full
+    # attention, partial rotation 0.25 of a 256-wide head
+    "qwen3-next-80b-a3b": {
+        "model_type": "qwen3_next",
+        "full_attention_interval": 4,
+        "head_dim": 256,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 48,
+        "max_position_embeddings": 262144,
+        "partial_rotary_factor": 0.25,
+        "rope_scaling": None,
+        "rope_theta": 10000000,
+    },
+    # GLM-4.5's published config.json (glm4_moe: half of each 128-wide head rotated)
+    "glm-4.5": {
+        "model_type": "glm4_moe",
+        "head_dim": 128,
+        "hidden_size": 5120,
+        "num_attention_heads": 96,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 92,
+        "max_position_embeddings": 131072,
+        "partial_rotary_factor": 0.5,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
     },
     "gpt-oss-20b": {
         "model_type": "gpt_oss",

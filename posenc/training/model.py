@@ -257,7 +257,8 @@ class Block(nn.Module):
         self.ffn_in = nn.Linear(dim, ffn_mult * dim)
         self.ffn_out = nn.Linear(ffn_mult * dim, dim)
         self.pe: PositionalEncoding | None = None  # this layer's own instance, for per-layer methods
-        self.temperature: tuple[float, float] | None = None  # a pattern's (floor_scale, attn_scale) on the queries
+        # a pattern's (floor_scale, attn_scale, position_offset) on the queries
+        self.temperature: tuple[float, float, float] | None = None
         self.run_seed: int | None = None  # the seed init_weights drew the weights from
 
     def forward(

@@ -94,9 +94,12 @@ def test_every_preset_has_the_layer_types_nope_layers_and_softmax_scale_of_trans
     if declared is not None:
         assert [layer.layer_type for layer in resolved.layers] == list(declared)
     rope_layers = getattr(text, "no_rope_layers", None) or [1] * text.num_hidden_layers  # 1: the layer rotates
+    # linear-attention layers (Qwen3-Next's Gated DeltaNet) have no attention scores to rotate for
+    kinds = declared or [""] * text.num_hidden_layers
+    rope_layers = [flag and kind != "linear_attention" for flag, kind in zip(rope_layers, kinds, strict=True)]
     assert [layer.method is not None for layer in resolved.layers] == [bool(flag) for flag in rope_layers]
     module = hf_module(text)
-    [attention_name] = [n for n in dir(module) if n.endswith("Attention") and "Vision" not in n]
+    [attention_name] = [n for n in dir(module) if n.endswith("Attention") and "Vision" not in n and "Audio" not in n]
     with torch.device("meta"):  # the projections of a 671B model's layer are not allocated
         attention = getattr(module, attention_name)(text, layer_idx=0)
     assert resolved.layers[0].softmax_scale == pytest.approx(attention.scaling, rel=1e-9)
@@ -312,16 +315,53 @@ WARNING_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {**BASE, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
         {**BASE, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     ),
-    "mrope_section_mismatch": (
-        {**BASE, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 16]}},
-        {**BASE, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+    "default_theta_with_scaling": (
+        {
+            **BASE,
+            "max_position_embeddings": 131072,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+        {
+            **BASE,
+            "max_position_embeddings": 131072,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "rope_theta": 5e5,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
     ),
 }
+# Gemma 3 in v5's per-layer-type form: the sliding layers' dict carrying the global factor (the bug), or default
+# with the local θ (published)
+WARNING_CASES["sliding_layers_scaled_per_layer_type"] = (
+    {
+        **BASE,
+        "model_type": "gemma3_text",
+        "layer_types": GEMMA_TYPES,
+        "sliding_window": 512,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0},
+        },
+    },
+    WARNING_CASES["sliding_layers_scaled"][1],
+)
 
 
 @pytest.mark.parametrize("code", sorted(WARNING_CASES))
 def test_each_warning_comes_from_the_config_with_the_bug_and_not_from_the_fixed_one(code: str) -> None:
     buggy, fixed = WARNING_CASES[code]
+    code = code.removesuffix("_per_layer_type")
     raised = [warning for warning in resolve_config(buggy).warnings if warning.code == code]
     assert len(raised) == 1, resolve_config(buggy).warnings
     assert raised[0].message
@@ -334,6 +374,42 @@ def test_the_sliding_warning_names_the_sliding_layers_and_their_evidence() -> No
     [warning] = [w for w in resolve_config(buggy).warnings if w.code == "sliding_layers_scaled"]
     assert warning.layers == [0, 1, 2]
     assert warning.evidence["factor"] == 8.0
+
+
+def test_a_scaling_with_no_rope_theta_anywhere_resolves_to_the_default_base_as_transformers_does() -> None:
+    buggy, _ = WARNING_CASES["default_theta_with_scaling"]
+    resolved = resolve_config(buggy)
+    rotary = hf_rotary(CONFIG_MAPPING["llama"](**copy.deepcopy(buggy)))
+    torch.testing.assert_close(our_inv_freq(resolved.layers[0]).float(), rotary.inv_freq, rtol=FLOAT32_POW, atol=0)
+    [warning] = [w for w in resolved.warnings if w.code == "default_theta_with_scaling"]
+    assert warning.evidence["base"] == resolved.layers[0].params["base"] == 10000.0
+    assert (warning.evidence["factor"], warning.evidence["max_position_embeddings"]) == (8.0, 131072)
+    # an unscaled dict (factor 1) or plain RoPE at the default base is not the pattern
+    for rope in ({"rope_type": "linear", "factor": 1.0}, {"rope_type": "default"}):
+        quiet = resolve_config({**BASE, "rope_parameters": rope})
+        assert "default_theta_with_scaling" not in {w.code for w in quiet.warnings}
+    # LongRoPE (no factor key: its factor lists scale) is scaled
+    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 64, "long_factor": [2.0] * 64,
+                "original_max_position_embeddings": 4096}  # fmt: skip
+    assert "default_theta_with_scaling" in {w.code for w in resolve_config({**BASE, "rope_scaling": longrope}).warnings}
+
+
+@pytest.mark.parametrize("nesting", [(), ("text_config",)])
+@pytest.mark.parametrize("dialect", ["rope_scaling", "rope_parameters"])
+def test_mrope_sections_that_do_not_cover_the_rotated_pairs_are_refused_at_the_key(
+    nesting: tuple[str, ...], dialect: str
+) -> None:
+    """2·sum(mrope_section) must be the rotary dim (Qwen2-VL splits cos/sin by the doubled sections): anything else
+    is a 422 at the mrope_section the config gave, naming both numbers; once it was a warning and 1D RoPE."""
+    text = {**BASE, dialect: {"rope_type": "default", "mrope_section": [16, 24, 16]}}  # 112 of 128 features
+    config = {"text_config": text} if nesting else text
+    with pytest.raises(InvalidInput) as raised:
+        resolve_config(config)
+    assert raised.value.loc == (*nesting, dialect, "mrope_section")
+    assert "112" in raised.value.msg
+    assert "128" in raised.value.msg
+    text[dialect]["mrope_section"] = [16, 24, 24]
+    assert resolve_config(config).layers[0].mrope_section == [16, 24, 24]
 
 
 # --------------------------------------------------------------------------------------------- errors

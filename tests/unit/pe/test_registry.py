@@ -124,7 +124,7 @@ def test_the_config_spellings_live_in_the_registry_and_the_config_resolver_reads
     assert ROPE_TYPE_METHODS == {
         "default": "rope", "mrope": "rope", "linear": "rope_linear", "dynamic": "rope_dynamic_ntk",
         "yarn": "rope_yarn", "deepseek_yarn": "rope_yarn", "longrope": "rope_longrope", "su": "rope_longrope",
-        "llama3": "rope_llama3",
+        "llama3": "rope_llama3", "proportional": "rope_proportional",
     }  # fmt: skip
     for spec in pe.list_methods():
         assert set(spec.config_keys) <= set(spec.params_model.model_fields), spec.name

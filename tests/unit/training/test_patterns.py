@@ -68,7 +68,7 @@ SPAN = local_span(2 * COPY_SIZE + 3)
 ROPE, NOPE = ("rope", 10_000.0), ("nope", None)
 # what each model ships, written out layer by layer from its config (not from posenc.patterns): 12 layers
 EXPECTED: dict[str, list[tuple[Any, ...]]] = {
-    "llama4": [(*ROPE, 16, None, SPAN, None)] * 3 + [(*NOPE, 16, None, None, (SPAN, 0.1))],
+    "llama4": [(*ROPE, 16, None, SPAN, None)] * 3 + [(*NOPE, 16, None, None, (SPAN, 0.1, 1.0))],
     "gemma3": [("rope", 10_000.0, 16, SPAN, None, None)] * 5 + [("rope", 1_000_000.0, 16, None, None, None)],
     "gemma4": [("rope", 10_000.0, 16, SPAN, None, None)] * 5
     + [("rope_proportional", 1_000_000.0, 16, None, None, None)],
@@ -240,7 +240,7 @@ FROM_CONFIG: dict[str, list[tuple[Any, ...]]] = {
     "gemma-3-4b": [("rope", 10_000.0, 16, SPAN, None, None)] * 5 + [("rope_linear", 1_000_000.0, 16, None, None, None)],
     # Llama 4 Scout: 3 chunked Llama 3-scaled layers : 1 NoPE layer with the query temperature (attn_scale 0.1)
     "llama-4-scout-17b-16e": [("rope_llama3", 500_000.0, 16, None, SPAN, None)] * 3
-    + [(*NOPE, 16, None, None, (float(SPAN), 0.1))],
+    + [(*NOPE, 16, None, None, (float(SPAN), 0.1, 1.0))],
     # SmolLM3: no_rope_layers every 4th layer, θ 5,000,000
     "smollm3-3b": [("rope", 5_000_000.0, 16, None, None, None)] * 3 + [(*NOPE, 16, None, None, None)],
 }

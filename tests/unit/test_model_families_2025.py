@@ -1,0 +1,270 @@
+"""The 2025-26 model families as presets: rotated q and k, in float64, at the probe positions 0, 1, L0 - 1, L0,
+2·L0 and the longest (L0 the original context), against each model's own transformers code (its rotary embedding
+class and its apply function, its query scale), to float32 rounding; and for each family a wrong variant (a port
+bug) that the doctor warns about or the compare probe or the reference comparison catches."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from posenc.compute import prepare
+from posenc.real_models.configs import LayerRope, layer_frequencies, query_temperature, resolve_config
+from posenc.real_models.diagnostics import RotarySetup, compare
+from posenc.real_models.presets import PRESETS
+from posenc.schemas.compute import RotaryRequest
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
+FLOAT32_POW = 2e-6  # transformers' ω = θ^(-2k/d) in float32: relative error up to ln θ · 2^-24 (test_model_configs)
+FLOAT32_EPS = 2.0**-24
+
+
+def hf_text(config: dict[str, Any]) -> Any:
+    fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
+    return CONFIG_MAPPING[config["model_type"]](**fields).get_text_config()
+
+
+def hf_module(text: Any) -> Any:
+    return importlib.import_module(type(text).__module__.replace("configuration_", "modeling_"))
+
+
+def hf_rotary(text: Any) -> Any:
+    module = hf_module(text)
+    [name] = [n for n in dir(module) if n.endswith("RotaryEmbedding") and "Vision" not in n]
+    return getattr(module, name)(text)
+
+
+def probe_positions(layer: LayerRope, config: dict[str, Any]) -> torch.Tensor:
+    text = config.get("text_config", config)
+    longest = int(text["max_position_embeddings"]) - 1
+    original = int(layer.params.get("original_max_position_embeddings") or text.get("sliding_window") or 4096)
+    return torch.tensor(sorted({0, 1, original - 1, original, 2 * original, longest}))
+
+
+def posenc_rotate(request: dict[str, Any], q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> Any:
+    """q and k rotated by posenc's /v1/rotary computation (float64 in, float64 out)."""
+    body = {**request, "q": inline(q), "k": inline(k), "positions": positions.tolist()}
+    result = prepare("rotary", RotaryRequest.model_validate(body)).run()
+    return result.tensors["q"], result.tensors["k"]
+
+
+def inline(t: torch.Tensor) -> dict[str, Any]:
+    return {"shape": list(t.shape), "data": t.flatten().tolist(), "dtype": "float64"}
+
+
+def tolerance(layer: LayerRope, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Per feature (B, H, N, D): what transformers' float32 angles n·ω_k can be off by (ω rounded to FLOAT32_POW,
+    the product to 2^-24), times the feature pair's norm, plus float32 rounding of the result."""
+    omega = layer_frequencies(layer).inv_freq.to(torch.float64)  # (d/2,)
+    angle_error = positions[:, None].to(torch.float64) * omega * (FLOAT32_POW + 2 * FLOAT32_EPS) + 4 * FLOAT32_EPS
+    half = layer.rotary_dim // 2
+    start = layer.rotary_slice[0]
+    pair = x[..., start : start + layer.rotary_dim]
+    if layer.pairing == "half":
+        norms = torch.sqrt(pair[..., :half] ** 2 + pair[..., half:] ** 2)  # (B, H, N, d/2)
+        per_feature = torch.cat((norms * angle_error, norms * angle_error), -1)
+    else:
+        norms = torch.sqrt(pair[..., 0::2] ** 2 + pair[..., 1::2] ** 2)
+        per_feature = (norms * angle_error).repeat_interleave(2, dim=-1)
+    tol = torch.full_like(x, 1e-6)
+    tol[..., start : start + layer.rotary_dim] += 2 * per_feature * max(layer.attention_scale, 1.0) + 1e-6
+    return tol
+
+
+def assert_within(ours: torch.Tensor, expected: torch.Tensor, tol: torch.Tensor) -> None:
+    excess = (ours - expected.to(torch.float64)).abs() - tol
+    assert float(excess.max()) <= 0, f"off by {float(excess.max())} beyond float32 rounding"
+
+
+def interleave_back(t: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb_interleave returns the pairs de-interleaved (evens, then odds)."""
+    return torch.stack(t.chunk(2, dim=-1), dim=-1).flatten(-2)
+
+
+def draw(layer: LayerRope, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, count, layer.head_dim, generator=generator, dtype=torch.float64)  # (B, H, N, D)
+    k = torch.randn(1, 1, count, layer.head_dim, generator=generator, dtype=torch.float64)
+    return q, k
+
+
+HfRotate = Callable[[Any, LayerRope, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def hf_half(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor) -> Any:
+    """rotate_half models (Ministral 3, Qwen3-Next, GLM-4.5): the rotary class and apply_rotary_pos_emb on the
+    rotated slice."""
+    module, rotary = hf_module(text), hf_rotary(text)
+    cos, sin = rotary(q.float(), ids[None])
+    start, stop = layer.rotary_slice
+    q_rot, k_rot = module.apply_rotary_pos_emb(q[..., start:stop].float(), k[..., start:stop].float(), cos, sin)
+    return torch.cat((q[..., :start], q_rot, q[..., stop:]), -1), torch.cat((k[..., :start], k_rot, k[..., stop:]), -1)
+
+
+def hf_gemma4(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor) -> Any:
+    """Gemma 4: the per-layer-type rotary buffers, one tensor per apply call (over the whole head)."""
+    module, rotary = hf_module(text), hf_rotary(text)
+    cos, sin = rotary(q.float(), ids[None], layer.layer_type)  # (1, N, D)
+    return module.apply_rotary_pos_emb(q.float(), cos, sin), module.apply_rotary_pos_emb(k.float(), cos, sin)
+
+
+def hf_mla(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor) -> Any:
+    """DeepSeek-style MLA: the rope part after the no-rope part, interleaved pairs."""
+    module, rotary = hf_module(text), hf_rotary(text)
+    cos, sin = rotary(q.float(), ids[None])
+    start, _stop = layer.rotary_slice
+    q_rot, k_rot = module.apply_rotary_pos_emb_interleave(q[..., start:].float(), k[..., start:].float(), cos, sin)
+    return torch.cat((q[..., :start], interleave_back(q_rot)), -1), torch.cat(
+        (k[..., :start], interleave_back(k_rot)), -1
+    )
+
+
+CASES: list[tuple[str, int, HfRotate]] = [
+    ("gemma-4-26b-a4b", 0, hf_gemma4),  # sliding: default RoPE over 256 features, θ 1e4
+    ("gemma-4-26b-a4b", 5, hf_gemma4),  # global: 512-wide heads, proportional RoPE, 64 of 256 pairs rotate
+    ("ministral-3-8b", 0, hf_half),
+    ("mistral-4", 0, hf_mla),
+    ("deepseek-v3.2", 0, hf_mla),
+    ("glm-5", 0, hf_mla),
+    ("qwen3-next-80b-a3b", 3, hf_half),  # the first full-attention layer: 64 of 256 features
+    ("glm-4.5", 0, hf_half),
+]
+
+
+@pytest.mark.parametrize(("name", "index", "reference"), CASES)
+def test_each_family_rotates_q_and_k_as_its_transformers_code(name: str, index: int, reference: HfRotate) -> None:
+    config = PRESETS[name]
+    layer = resolve_config(config).layers[index]
+    positions = probe_positions(layer, config)
+    q, k = draw(layer, len(positions), index)
+    ours_q, ours_k = posenc_rotate({"config": config, "layer": index}, q, k, positions)
+    expected_q, expected_k = reference(hf_text(config), layer, q, k, positions)
+    assert_within(ours_q, expected_q, tolerance(layer, q, positions))
+    assert_within(ours_k, expected_k, tolerance(layer, k, positions))
+
+
+def test_gemma4_global_layers_pad_the_unrotated_pairs_and_divide_by_the_whole_head() -> None:
+    layers = resolve_config(PRESETS["gemma-4-26b-a4b"]).layers
+    assert [layer.layer for layer in layers if layer.layer_type == "full_attention"] == [5, 11, 17, 23, 29]
+    assert (layers[5].head_dim, layers[5].rotary_dim, layers[0].head_dim) == (512, 512, 256)
+    omega = layer_frequencies(layers[5]).inv_freq
+    assert int((omega > 0).sum()) == 64  # p·d/2 = 0.25 · 256 pairs; the other 192 are the identity
+    assert layers[5].softmax_scale == layers[0].softmax_scale == 1.0  # transformers: scaling = 1.0 (q/k norms)
+
+
+def test_gemma4_as_a_generic_partial_rotary_is_what_the_doctor_and_the_reference_flag() -> None:
+    """A port that reads the global layers' partial_rotary_factor as an ordinary partial rotary (the rotated slice
+    narrowed to 128 features, ω over 128 instead of 512): the doctor warns, and it is not what Gemma 4 runs."""
+    config = copy.deepcopy(PRESETS["gemma-4-26b-a4b"])
+    config["text_config"]["rope_parameters"]["full_attention"]["rope_type"] = "default"
+    resolved = resolve_config(config)
+    [warning] = [w for w in resolved.warnings if w.code == "partial_rotary_not_proportional"]
+    assert warning.layers == [5, 11, 17, 23, 29]
+    assert warning.evidence["rotary_dim"] == 128
+    assert warning.evidence["head_dim"] == 512
+    assert not list(resolve_config(PRESETS["gemma-4-26b-a4b"]).warnings)
+    wrong = resolved.layers[5]
+    positions = torch.tensor([0, 1, 7])
+    q, k = draw(wrong, 3, 0)
+    ours_q, _ = posenc_rotate({"config": config, "layer": 5}, q, k, positions)
+    expected_q, _ = hf_gemma4(
+        hf_text(PRESETS["gemma-4-26b-a4b"]), resolve_config(PRESETS["gemma-4-26b-a4b"]).layers[5], q, k, positions
+    )
+    assert float((ours_q - expected_q.double()).abs().max()) > 0.01
+
+
+def test_the_mistral_query_scale_is_what_its_attention_multiplies_q_by() -> None:
+    """Ministral 3 and Mistral 4 read llama_4_scaling_beta from the rope dict: q times 1 + β·ln(1 + ⌊n / L0⌋)
+    after the rotation, on every layer; compared with transformers' own get_llama_4_attn_scale."""
+    for name in ("ministral-3-8b", "mistral-4"):
+        config = PRESETS[name]
+        text = hf_text(config)
+        module = hf_module(text)
+        layer = resolve_config(config).layers[0]
+        scale = layer.query_temperature
+        assert scale is not None
+        assert scale["position_offset"] == 0
+        positions = probe_positions(layer, config)
+        ours = query_temperature(positions, scale["floor_scale"], scale["attn_scale"], scale["position_offset"])
+        rope = text.rope_parameters
+        expected = module.get_llama_4_attn_scale(
+            positions[None].float(), rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"]
+        )  # (1, 1, N, 1)
+        torch.testing.assert_close(ours, expected.flatten().double(), rtol=2e-7, atol=0)
+        assert ours[3] == 1 + 0.1 * torch.log(torch.tensor(2.0, dtype=torch.float64))  # n = L0: ⌊n/L0⌋ = 1
+        assert ours[2] == 1.0  # n = L0 - 1
+
+
+@pytest.mark.parametrize("name", ["ministral-3-8b", "mistral-4"])
+def test_mistral_yarn_without_its_mscale_fields_is_found_by_the_compare_probe(name: str) -> None:
+    """Published with mscale = mscale_all_dim = 1 (attention factor 1): a port that drops them applies YaRN's
+    default 0.1·ln s + 1 on cos and sin; the compare probe sees the logits part at position 0."""
+    config = copy.deepcopy(PRESETS[name])
+    text = config.get("text_config", config)
+    right = resolve_config(config).layers[0]
+    assert right.attention_scale == 1.0
+    del text["rope_parameters"]["mscale"], text["rope_parameters"]["mscale_all_dim"]
+    wrong = resolve_config(config).layers[0]
+    assert wrong.attention_scale > 1.2
+    report = compare(RotarySetup.from_layer(right), RotarySetup.from_layer(wrong), max_position=64)
+    assert report.first_angle_divergence is None
+    assert report.first_logit_divergence == 0
+
+
+@pytest.mark.parametrize(("name", "pairing"), [("deepseek-v3.2", "half"), ("glm-5", "interleaved")])
+def test_the_sparse_attention_indexer_rotates_in_its_own_pairing(name: str, pairing: str) -> None:
+    """The indexer of every MLA layer rotates the first qk_rope_head_dim of its index_head_dim features with the
+    MLA's frequencies: DeepSeek-V3.2 in halves (rotate_half), GLM-5 interleaved, while both MLAs interleave."""
+    config = PRESETS[name]
+    layer = resolve_config(config).layers[0]
+    assert layer.pairing == "interleaved"
+    indexer = layer.indexer
+    assert indexer is not None
+    assert (indexer.pairing, indexer.head_dim, indexer.rotary_slice) == (pairing, 128, (0, 64))
+    text = hf_text(config)
+    module, rotary = hf_module(text), hf_rotary(text)
+    positions = probe_positions(indexer, config)
+    q, k = draw(indexer, len(positions), 1)
+    request = {"method": indexer.method, "params": indexer.params, "rotary_dim": 64, "pairing": pairing}
+    ours_q, ours_k = posenc_rotate(request, q, k, positions)
+    cos, sin = rotary(q.float(), positions[None])
+    if pairing == "half":
+        q_rot, k_rot = module.apply_rotary_pos_emb(q[..., :64].float(), k[..., :64].float(), cos, sin)
+    else:
+        q_rot, k_rot = module.apply_rotary_pos_emb_interleave(q[..., :64].float(), k[..., :64].float(), cos, sin)
+        q_rot, k_rot = interleave_back(q_rot), interleave_back(k_rot)
+    expected_q, expected_k = torch.cat((q_rot, q[..., 64:]), -1), torch.cat((k_rot, k[..., 64:]), -1)
+    assert_within(ours_q, expected_q, tolerance(indexer, q, positions))
+    assert_within(ours_k, expected_k, tolerance(indexer, k, positions))
+    # the other pairing is a different rotation: what the compare probe finds at once
+    other = RotarySetup(indexer.method or "", indexer.params, 64, "half" if pairing == "interleaved" else "interleaved")
+    assert compare(RotarySetup.from_layer(indexer), other, max_position=8).first_logit_divergence == 1
+
+
+def test_a_glm5_config_that_leaves_the_indexer_pairing_out_is_warned_about() -> None:
+    """vLLM reads a missing indexer_rope_interleave as false (half pairs); GLM-5's own code rotates interleaved:
+    the doctor warns where a glm_moe_dsa config leaves it out, not where it says true, nor for DeepSeek-V3.2."""
+    config = {key: value for key, value in PRESETS["glm-5"].items() if key != "indexer_rope_interleave"}
+    resolved = resolve_config(config)
+    [warning] = [w for w in resolved.warnings if w.code == "indexer_pairing_unspecified"]
+    assert warning.evidence["model_code"] == "interleaved"
+    assert warning.evidence["vllm_default"] == "half"
+    assert resolved.layers[0].indexer is not None
+    assert resolved.layers[0].indexer.pairing == "interleaved"
+    for name in ("glm-5", "deepseek-v3.2"):
+        assert "indexer_pairing_unspecified" not in {w.code for w in resolve_config(PRESETS[name]).warnings}
+
+
+def test_qwen3_next_linear_attention_layers_have_no_rope() -> None:
+    layers = resolve_config(PRESETS["qwen3-next-80b-a3b"]).layers
+    text = hf_text(PRESETS["qwen3-next-80b-a3b"])
+    assert [layer.layer_type for layer in layers] == list(text.layer_types)
+    assert [layer.method is not None for layer in layers] == [kind == "full_attention" for kind in text.layer_types]
+    assert layers[3].rotary_dim == 64
