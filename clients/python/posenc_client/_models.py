@@ -62,7 +62,10 @@ class AttentionRequest(BaseModel):
     """
     registered method name, see GET /v1/methods
     """
-    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    pairing: Annotated[Literal["half", "interleaved"] | None, Field(title="Pairing")] = None
+    """
+    rotary methods: half or interleaved; default the method's own
+    """
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     """
     method parameters; validated against the method's params_schema
@@ -102,6 +105,13 @@ class AttentionRequest(BaseModel):
     x: Annotated[TensorData | RandomTensor | None, Field(title="X")] = None
     """
     (B, Nk, D_model) the layer input at the key positions, for methods that read it (FoX's gates)
+    """
+
+
+class BatchLengths(RootModel[list[int]]):
+    root: Annotated[list[int], Field(max_length=16, min_length=1, title="Batch Lengths")]
+    """
+    a left-padded batch's row lengths, each 1 ... 4096; default [length, length/2]
     """
 
 
@@ -161,6 +171,13 @@ class Chunk(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1048576, title="Chunk")]
     """
     chunked attention: blocks of c tokens, each seeing only itself
+    """
+
+
+class ChunkSizes(RootModel[list[int]]):
+    root: Annotated[list[int], Field(max_length=8, min_length=1, title="Chunk Sizes")]
+    """
+    chunked prefill's chunk sizes, each 1 ... length; default [length/4]
     """
 
 
@@ -320,6 +337,13 @@ class Depths(RootModel[list[Depth]]):
     root: Annotated[list[Depth], Field(max_length=16, min_length=1, title="Depths")]
     """
     probes: needle depths (default 0, 1/4, 1/2, 3/4, 1)
+    """
+
+
+class Documents(RootModel[list[int]]):
+    root: Annotated[list[int], Field(max_length=64, min_length=1, title="Documents")]
+    """
+    packed documents' lengths, 4096 tokens in all; default two of length/2
     """
 
 
@@ -512,6 +536,46 @@ class FrequenciesRequest(BaseModel):
     """
     the training context the pairs are read at
     """
+
+
+class GgufRequest(BaseModel):
+    """
+    ``POST /v1/models/gguf``: a GGUF's header metadata (as the SDK's ``read_gguf`` reads it) resolved per
+    layer, and compared with a Hugging Face config of the same model when ``against`` is given.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    against: Annotated[dict[str, Any] | str | None, Field(title="Against")] = None
+    """
+    a Hugging Face config.json of the same model (or a preset's name) to compare with: every rope field the conversion dropped, renamed or changed, and every layer that resolves differently, is a warning
+    """
+    metadata: Annotated[dict[str, Any], Field(max_length=4096, title="Metadata")]
+    """
+    the GGUF's key/value metadata: general.architecture, {arch}.block_count, {arch}.rope.*, {arch}.attention.*; numbers, strings, booleans and arrays of them (strings up to 4096 characters, arrays up to 8192 values, 65536 in all)
+    """
+    tensors: Annotated[dict[str, list[float]] | None, Field(max_length=3, title="Tensors")] = None
+    """
+    the GGUF's rope tensors by name (rope_freqs.weight, rope_factors_long.weight, rope_factors_short.weight): one factor per rotary pair, at most 4096
+    """
+
+
+class GgufResolved(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    against: Annotated[str | None, Field(title="Against")]
+    """
+    what the GGUF was compared with: 'config', a preset's name, or null
+    """
+    config: Annotated[dict[str, Any], Field(title="Config")]
+    """
+    the Hugging Face style config the GGUF's metadata maps to
+    """
+    layers: Annotated[list[LayerRopeOut], Field(title="Layers")]
+    model_type: Annotated[str | None, Field(title="Model Type")]
+    warnings: Annotated[list[ConfigWarningOut], Field(title="Warnings")]
 
 
 class GraphIn(BaseModel):
@@ -808,10 +872,14 @@ class LayerRopeOut(BaseModel):
     """
     chunk: Annotated[int | None, Field(title="Chunk")] = None
     head_dim: Annotated[int, Field(title="Head Dim")]
+    indexer: LayerRopeOut | None = None
+    """
+    DeepSeek-V3.2 / GLM-5: the sparse-attention indexer's own rotation (its head, slice, pairing)
+    """
     layer: Annotated[int, Field(title="Layer")]
     layer_type: Annotated[str, Field(title="Layer Type")]
     """
-    full_attention, sliding_attention or chunked_attention
+    full_attention, sliding_attention, chunked_attention, indexed_attention (DeepSeek Sparse Attention) or linear_attention (no attention scores, no RoPE)
     """
     method: Annotated[str | None, Field(title="Method")]
     """
@@ -938,6 +1006,10 @@ class MethodInfo(BaseModel):
     """
     layer inputs the method reads besides q and k ('x': the layer input)
     """
+    pairings: Annotated[list[str] | None, Field(title="Pairings")] = None
+    """
+    rotary methods: the pairings it rotates in, its own first (a request that names none gets it; another is refused)
+    """
     paper: Annotated[str, Field(title="Paper")]
     """
     citation and URL of the paper the formula comes from
@@ -1027,9 +1099,9 @@ class ModelSpec(BaseModel):
     ffn_mult: Annotated[int, Field(ge=1, le=16, title="Ffn Mult")] = 4
     heads: Annotated[int, Field(ge=1, le=256, title="Heads")] = 4
     layers: Annotated[int, Field(ge=1, le=48, title="Layers")] = 2
-    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    pairing: Annotated[Literal["half", "interleaved"] | None, Field(title="Pairing")] = None
     """
-    rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or interleaved (GPT-J/Meta)
+    rotary methods: the feature pairs rotated together, half (GPT-NeoX/HF rotate_half) or interleaved (GPT-J/Meta); default each method's own (GET /v1/methods: pairings), a pairing a method cannot rotate in is refused
     """
 
 
@@ -1158,6 +1230,13 @@ class PrecisionRequest(BaseModel):
     positions_per_band: Annotated[int, Field(ge=2, le=1024, title="Positions Per Band")] = 256
     seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
     setup: SetupIn
+
+
+class Prefill(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=4096, title="Prefill")]
+    """
+    tokens before token-by-token decode; default length/2
+    """
 
 
 class Probes(RootModel[list[str]]):
@@ -1342,9 +1421,9 @@ class RotaryRequest(BaseModel):
     """
     added to the default positions (KV-cache decoding); offset + N - 1 <= 2^26, the largest position whose angles are exact to float32 rounding
     """
-    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    pairing: Annotated[Literal["half", "interleaved"] | None, Field(title="Pairing")] = None
     """
-    half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta)
+    half: pairs (k, k + d/2) (GPT-NeoX/HF); interleaved: pairs (2k, 2k + 1) (GPT-J/Meta); default the method's own (GET /v1/methods: pairings); one the method cannot rotate in is refused
     """
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     """
@@ -1364,7 +1443,7 @@ class RotaryRequest(BaseModel):
     q: Annotated[TensorData | RandomTensor, Field(title="Q")]
     return_tables: Annotated[bool, Field(title="Return Tables")] = False
     """
-    also return cos and sin (N, rotary_dim)
+    also return cos and sin, (N, rotary_dim / 2) each: one angle per rotated pair
     """
     rotary_dim: Annotated[RotaryDim1 | None, Field(title="Rotary Dim")] = None
     """
@@ -1406,6 +1485,82 @@ class SegmentIn(BaseModel):
     """
 
 
+class ServeCheckRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    batch_lengths: Annotated[BatchLengths | None, Field(title="Batch Lengths")] = None
+    """
+    a left-padded batch's row lengths, each 1 ... 4096; default [length, length/2]
+    """
+    chunk_sizes: Annotated[ChunkSizes | None, Field(title="Chunk Sizes")] = None
+    """
+    chunked prefill's chunk sizes, each 1 ... length; default [length/4]
+    """
+    documents: Annotated[Documents | None, Field(title="Documents")] = None
+    """
+    packed documents' lengths, 4096 tokens in all; default two of length/2
+    """
+    heads: Annotated[int, Field(ge=1, le=64, title="Heads")] = 4
+    """
+    attention heads (bias methods give each its slope)
+    """
+    length: Annotated[int, Field(ge=2, le=4096, title="Length")] = 64
+    """
+    tokens of the prefill / decode sequence
+    """
+    prefill: Annotated[Prefill | None, Field(title="Prefill")] = None
+    """
+    tokens before token-by-token decode; default length/2
+    """
+    seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
+    setup: ServeSetupIn
+    sinks: Annotated[int, Field(ge=0, le=4096, title="Sinks")] = 4
+    """
+    the eviction cache's sink tokens
+    """
+    tolerance: Annotated[float, Field(ge=0.0, title="Tolerance")] = 1e-09
+    """
+    a logit error above it is wrong
+    """
+    window: Annotated[Window1 | None, Field(title="Window")] = None
+    """
+    the eviction cache's recent tokens; default length/4
+    """
+
+
+class ServeSetupIn(BaseModel):
+    """
+    A layer's use of positions: a method (rotary, or a bias method such as ALiBi) with params, rotary_dim (q and
+    k features per head, rotated or not) and pairing; or a model config and a layer (a NoPE layer included).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    """
+    a model's config.json, with layer
+    """
+    layer: Annotated[Layer1 | None, Field(title="Layer")] = None
+    method: Annotated[str | None, Field(title="Method")] = None
+    """
+    a registered rotary or bias method
+    """
+    pairing: Annotated[Literal["half", "interleaved"] | None, Field(title="Pairing")] = None
+    """
+    half or interleaved; default the method's own (GET /v1/methods: pairings)
+    """
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    """
+    the method's params
+    """
+    rotary_dim: Annotated[int, Field(ge=2, le=8192, title="Rotary Dim")] = 128
+    """
+    rotated features per head; even
+    """
+
+
 class SetupIn(BaseModel):
     """
     One layer's rotation: a method with params, rotary_dim and pairing; or a model config and a layer.
@@ -1423,7 +1578,10 @@ class SetupIn(BaseModel):
     """
     a registered rotary method
     """
-    pairing: Annotated[Literal["half", "interleaved"], Field(title="Pairing")] = "half"
+    pairing: Annotated[Literal["half", "interleaved"] | None, Field(title="Pairing")] = None
+    """
+    half or interleaved; default the method's own (GET /v1/methods: pairings)
+    """
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     """
     the method's params
@@ -1558,7 +1716,7 @@ class TemperatureResponse(BaseModel):
     )
     applies: Annotated[bool, Field(title="Applies")]
     """
-    whether the layer scales its queries (Llama 4: the NoPE layers)
+    whether the layer scales its queries (Llama 4: the NoPE layers; Mistral 3: the RoPE layers)
     """
     formula: Annotated[str | None, Field(title="Formula")]
     temperature: Annotated[list[float], Field(title="Temperature")]
@@ -1636,3 +1794,13 @@ class Window(RootModel[int]):
     """
     sliding window: query i attends to keys i − w + 1 .. i
     """
+
+
+class Window1(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=4096, title="Window")]
+    """
+    the eviction cache's recent tokens; default length/4
+    """
+
+
+LayerRopeOut.model_rebuild()
