@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
@@ -97,6 +97,16 @@ class MethodSpec:
     # Rotary methods that treat pairs by band: (params, rotary_dim) -> per pair (band name, interpolation weight
     # w_k: 0 keeps ω_k, 1 divides it by the factor), as the method itself decides them (/v1/rope/frequencies).
     bands: Callable[..., list[tuple[str, float]]] | None = None
+    # A method a config names by extending another's rope dict: (that method, the rope-dict key whose presence makes
+    # it this one), e.g. M-RoPE: a default rope dict with mrope_section. ``config_values(given)`` -> params read
+    # from the rope dict beyond ``config_keys`` (``given(key)``: the dict's value or None), e.g. M-RoPE's layout.
+    config_extends: tuple[str, str] | None = None
+    config_values: Callable[[Callable[[str], Any]], dict[str, Any]] | None = None
+    # Diffusers transformer classes (a config's ``_class_name``) whose blocks this method rotates.
+    config_classes: tuple[str, ...] = ()
+    # What the config doctor says of the layers a config resolves to this method: (params, attention_scale) ->
+    # (code, message, evidence) or None (YaRN's static scaling of short prompts).
+    config_warning: Callable[[Mapping[str, Any], float], tuple[str, str, dict[str, Any]] | None] | None = None
     # Rotary methods: the pairings the method can rotate in, its own first (what a request that names none gets).
     # Block rotations (R(p) = expm(Σ p_a G_a) on b adjacent features) have one layout and refuse the other.
     pairings: tuple[str, ...] = ("half", "interleaved")
@@ -199,6 +209,10 @@ def register(
     length_dependent: bool = False,
     bands: Callable[..., list[tuple[str, float]]] | None = None,
     pairings: tuple[str, ...] = ("half", "interleaved"),
+    config_extends: tuple[str, str] | None = None,
+    config_values: Callable[[Callable[[str], Any]], dict[str, Any]] | None = None,
+    config_classes: tuple[str, ...] = (),
+    config_warning: Callable[[Mapping[str, Any], float], tuple[str, str, dict[str, Any]] | None] | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn`` under ``name``; a second registration of the same name is an error.
 
@@ -266,6 +280,10 @@ def register(
             length_dependent=length_dependent,
             bands=bands,
             pairings=tuple(pairings),
+            config_extends=config_extends,
+            config_values=config_values,
+            config_classes=tuple(config_classes),
+            config_warning=config_warning,
         )
         return fn
 

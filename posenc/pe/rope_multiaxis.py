@@ -23,7 +23,8 @@ each pair turns by; the shared apply rotates with the request's pairing, half (k
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import Field, field_validator, model_validator
@@ -90,11 +91,19 @@ def mrope_pair_axis(section: tuple[int, int, int], layout: Literal["chunked", "i
     return axis
 
 
+def mrope_config_values(given: Callable[[str], Any]) -> dict[str, Any]:
+    """M-RoPE's layout from a config's rope dict: Qwen3-VL's ``mrope_interleaved: true`` interleaves the sections."""
+    return {"layout": "interleaved" if given("mrope_interleaved") else "chunked"}
+
+
 @register(
     "mrope",
     axes=AXES,
     kind=Kind.ROTARY,
     params=MropeParams,
+    config_extends=("rope", "mrope_section"),
+    config_keys=("mrope_section",),
+    config_values=mrope_config_values,
     paper="Wang et al. Qwen2-VL: Enhancing Vision-Language Model's Perception of the World at Any Resolution "
     "(2024). https://arxiv.org/abs/2409.12191; Qwen3-VL's interleaved layout from Hugging Face transformers "
     "Qwen3VLTextRotaryEmbedding",
@@ -180,6 +189,7 @@ class RopeNdParams(MethodParams):
     axes=AXES,
     kind=Kind.ROTARY,
     params=RopeNdParams,
+    config_classes=("FluxTransformer2DModel", "WanTransformer3DModel"),
     paper="Black Forest Labs FLUX.1 and Wan 2.1 (Wan: Open and Advanced Large-Scale Video Generative Models, 2025, "
     "https://arxiv.org/abs/2503.20314) per-axis RoPE as diffusers builds it (FluxPosEmbed, WanRotaryPosEmbed, "
     "https://github.com/huggingface/diffusers); RIFLEx: Zhao et al. (2025) https://arxiv.org/abs/2502.15894",

@@ -9,7 +9,8 @@ Methods: ``rope_linear`` (PI), ``rope_ntk``, ``rope_dynamic_ntk``, ``rope_yarn``
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -218,10 +219,23 @@ def yarn_bands(params: RopeYarnParams, dim: int) -> list[tuple[str, float]]:
     ]
 
 
+def yarn_config_warning(params: Mapping[str, Any], attention_scale: float) -> tuple[str, str, dict[str, Any]]:
+    """What the config doctor says of a model that ships YaRN: it is static, so short prompts pay for it."""
+    factor, original = params.get("factor"), params.get("original_max_position_embeddings")
+    message = (
+        f"YaRN is static: every prompt, also those shorter than original_max_position_embeddings={original}, gets "
+        f"the interpolated low frequencies (factor {factor}) and the attention factor {attention_scale:.6g}; short "
+        "prompts score worse than with plain RoPE. Leave the scaling out when serving short contexts."
+    )
+    evidence = {"factor": factor, "original_max_position_embeddings": original, "attention_scale": attention_scale}
+    return "static_yarn", message, evidence
+
+
 @register(
     "rope_yarn",
     kind=Kind.ROTARY,
     config_spellings=("yarn", "deepseek_yarn"),
+    config_warning=yarn_config_warning,
     bands=yarn_bands,
     config_keys=(
         "factor",

@@ -56,6 +56,13 @@ LINEAR = "linear_attention"  # Qwen3-Next's Gated DeltaNet, Kimi Linear's KDA: n
 ROPE_TYPE_METHODS: dict[str, str] = {
     spelling: spec.name for spec in list_methods() for spelling in spec.config_spellings
 }
+# a method's rope dict with one more key -> another method (each method's ``config_extends``; M-RoPE: a default
+# rope dict with mrope_section)
+CONFIG_EXTENSIONS: dict[str, list[tuple[str, str]]] = {
+    base: [(spec.config_extends[1], spec.name) for spec in list_methods() if spec.config_extends is not None
+           and spec.config_extends[0] == base]
+    for base in {spec.config_extends[0] for spec in list_methods() if spec.config_extends is not None}
+}  # fmt: skip
 
 
 # A method param that is Hugging Face's partial_rotary_factor read by the method itself: the rotated width stays the
@@ -379,9 +386,6 @@ def _method_params(block: _Block, text: TextFields) -> _Method:
         if value is not None:
             params[key] = list(value) if isinstance(value, list) else value
             origins[key] = origin
-    if method == "rope_longrope" and "max_position_embeddings" in params:
-        params.setdefault("original_max_position_embeddings", params["max_position_embeddings"])
-        origins.setdefault("original_max_position_embeddings", ("max_position_embeddings",))
     if takes_fraction(method):
         if rope.partial_rotary_factor is not None:
             fraction, origin = rope.partial_rotary_factor, (*loc, "partial_rotary_factor")
@@ -391,12 +395,16 @@ def _method_params(block: _Block, text: TextFields) -> _Method:
             fraction, origin = HF_PARTIAL_DEFAULT, loc
         params[FRACTION_PARAM] = fraction
         origins[FRACTION_PARAM] = origin
+    for key, extended in CONFIG_EXTENSIONS.get(method, []):
+        if rope.given(key) is not None:  # M-RoPE: the same frequencies, each pair turned by t, h or w
+            method, spec = extended, get_method(extended)
+            for name in spec.config_keys:
+                value = rope.given(name)
+                if value is not None:
+                    params[name], origins[name] = list(value) if isinstance(value, list) else value, (*loc, name)
+            params |= spec.config_values(rope.given) if spec.config_values is not None else {}
+            break
     section = rope.mrope_section
-    if section is not None and method == "rope":  # M-RoPE: the same frequencies, each pair turned by t, h or w
-        method = "mrope"
-        params["mrope_section"] = list(section)
-        params["layout"] = "interleaved" if rope.mrope_interleaved else "chunked"
-        origins["mrope_section"] = (*loc, "mrope_section")
     return _Method(method, params, origins, None if section is None else list(section), default_theta=theta_loc == loc)
 
 
@@ -578,7 +586,7 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
         if rope and setup is not None:
             rotary_dim, start, method, attention_scale = setup
             name, params, section = method.name, dict(method.params), method.section
-            if mla_rope is not None and name == "rope_yarn" and params.get("mscale_all_dim"):
+            if mla_rope is not None and params.get("mscale_all_dim"):  # DeepSeek's YaRN: mscale² on the logits
                 mscale = yarn_mscale(float(params["factor"]), float(params["mscale_all_dim"]))
                 layer_scale *= mscale * mscale
                 layer_source = "(qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * mscale(factor, mscale_all_dim) ** 2"
@@ -680,7 +688,7 @@ def _pattern_warnings(
     sliding_scaled = [
         layer.layer
         for layer in layers
-        if layer.layer_type == SLIDING and layer.method not in (None, "rope") and layer.params.get("factor", 1) != 1
+        if layer.layer_type == SLIDING and layer.method is not None and layer.params.get("factor", 1) != 1
     ]
     expects_unscaled = model_type in SLIDING_UNSCALED_MODEL_TYPES or text.rope_local_base_freq is not None
     if sliding_scaled and expects_unscaled:
@@ -739,24 +747,16 @@ def _pattern_warnings(
                 {"model_code": "interleaved", "vllm_default": "half", "indexer_rope_interleave": None},
             )
         )
-    yarn = [layer.layer for layer in layers if layer.method == "rope_yarn"]
-    if yarn:
-        params = layers[yarn[0]].params
-        warnings.append(
-            ConfigWarning(
-                "static_yarn",
-                f"YaRN is static: every prompt, also those shorter than original_max_position_embeddings="
-                f"{params.get('original_max_position_embeddings')}, gets the interpolated low frequencies (factor "
-                f"{params.get('factor')}) and the attention factor {layers[yarn[0]].attention_scale:.6g}; short "
-                "prompts score worse than with plain RoPE. Leave the scaling out when serving short contexts.",
-                yarn,
-                {
-                    "factor": params.get("factor"),
-                    "original_max_position_embeddings": params.get("original_max_position_embeddings"),
-                    "attention_scale": layers[yarn[0]].attention_scale,
-                },
-            )
-        )
+    by_method: dict[str, list[int]] = {}
+    for layer in layers:
+        if layer.method is not None:
+            by_method.setdefault(layer.method, []).append(layer.layer)
+    for name, indices in by_method.items():  # what the registry says of each method a config uses (static YaRN)
+        describe = get_method(name).config_warning
+        said = None if describe is None else describe(layers[indices[0]].params, layers[indices[0]].attention_scale)
+        if said is not None:
+            code, message, evidence = said
+            warnings.append(ConfigWarning(code, message, indices, evidence))
     dynamic = [
         layer.layer for layer in layers if layer.method is not None and get_method(layer.method).length_dependent
     ]
@@ -779,7 +779,8 @@ def _pattern_warnings(
 
 
 # ---------------------------------------------------------------------------------------------- diffusers
-DIFFUSERS_TRANSFORMERS = frozenset({"FluxTransformer2DModel", "WanTransformer3DModel"})
+# a diffusers config's _class_name -> the method its blocks rotate with (each method's ``config_classes``)
+DIFFUSERS_TRANSFORMERS: dict[str, str] = {name: spec.name for spec in list_methods() for name in spec.config_classes}
 DIFFUSERS_THETA = 10000.0  # both models fix θ in code (FluxPosEmbed(theta=10000), WanRotaryPosEmbed's default)
 FLUX_AXES_DIMS = (16, 56, 56)
 
@@ -808,7 +809,7 @@ def _resolve_diffusers(config: DiffusersFields) -> ResolvedConfig:
         LayerRope(
             layer=index,
             layer_type=FULL,
-            method="rope_nd",
+            method=DIFFUSERS_TRANSFORMERS[name],
             params=params,
             head_dim=head_dim,
             rotary_dim=rotary_dim,
@@ -824,7 +825,10 @@ def _resolve_diffusers(config: DiffusersFields) -> ResolvedConfig:
 
 
 # ---------------------------------------------------------------------------------------------- dialects
-HF_ROPE_TYPES = {"su": "longrope", "deepseek_yarn": "yarn", "mrope": "default"}  # vLLM / older spellings
+# vLLM's and older spellings of a rope type -> Hugging Face's (the first of each method's ``config_spellings``)
+HF_ROPE_TYPES = {
+    spelling: spec.config_spellings[0] for spec in list_methods() for spelling in spec.config_spellings[1:]
+}
 
 
 def _canonical_rope(block: Any, loc: Loc) -> dict[str, Any]:
