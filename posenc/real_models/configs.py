@@ -398,6 +398,9 @@ def _method_params(block: _Block, text: TextFields) -> _Method:
     for key, extended in CONFIG_EXTENSIONS.get(method, []):
         if rope.given(key) is not None:  # M-RoPE: the same frequencies, each pair turned by t, h or w
             method, spec = extended, get_method(extended)
+            taken = spec.params_model.model_fields  # the base method's params the extension does not take go
+            params = {name: value for name, value in params.items() if name in taken}
+            origins = {name: where for name, where in origins.items() if name in params}
             for name in spec.config_keys:
                 value = rope.given(name)
                 if value is not None:
