@@ -113,6 +113,8 @@ class RopeNtkAlphaParams(MethodParams):
     "rope_ntk_alpha",
     kind=Kind.ROTARY,
     params=RopeNtkAlphaParams,
+    config_extends=("rope_dynamic_ntk", "alpha"),  # HunYuan: rope_type "dynamic" with an alpha is this, static
+    config_keys=("alpha",),
     paper="Tencent Hunyuan (Hunyuan-Large, Hunyuan-A13B). https://github.com/Tencent/Hunyuan-Large; formula from "
     f"vLLM {VLLM_ROTARY}/dynamic_ntk_alpha_rope.py (DynamicNTKAlphaRotaryEmbedding)",
     conventions={

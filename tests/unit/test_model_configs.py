@@ -559,3 +559,25 @@ def test_converting_a_rope_dict_the_resolver_never_read_refuses_a_malformed_one_
     with pytest.raises(InvalidInput) as raised:
         convert_config({"text_config": config}, to)
     assert raised.value.loc == ("text_config", "rope_parameters", "sliding_attention")
+
+
+def test_a_hunyuan_config_s_dynamic_rope_with_alpha_is_static_ntk_alpha_as_transformers_computes_it() -> None:
+    """HunYuan's checkpoints say rope_type "dynamic" with an alpha: transformers gives it its own static type
+    (ntk_alpha, base·α^(d/(d−2))), so a KV cache holds no stale keys; without the alpha it is dynamic NTK."""
+    config = {
+        "model_type": "hunyuan_v1_dense", "hidden_size": 1024, "num_attention_heads": 8, "head_dim": 128,
+        "num_hidden_layers": 2, "max_position_embeddings": 32768,
+        "rope_parameters": {"rope_type": "dynamic", "alpha": 1000.0, "rope_theta": 10000.0, "factor": 1.0},
+    }  # fmt: skip
+    resolved = resolve_config(config)
+    layer = resolved.layers[0]
+    assert (layer.method, layer.params) == ("rope_ntk_alpha", {"base": 10000.0, "alpha": 1000.0})
+    assert "dynamic_scaling_stale_cache" not in [warning.code for warning in resolved.warnings]
+    inv_freq, scaling = hf_frequencies(hf_rotary(hf_text_config(config)), "full_attention")
+    torch.testing.assert_close(our_inv_freq(layer), inv_freq.to(torch.float64), rtol=FLOAT32_POW, atol=0)
+    assert layer.attention_scale == scaling == 1.0
+    without_alpha = copy.deepcopy(config)
+    del without_alpha["rope_parameters"]["alpha"]
+    dynamic = resolve_config(without_alpha)
+    assert dynamic.layers[0].method == "rope_dynamic_ntk"
+    assert "dynamic_scaling_stale_cache" in [warning.code for warning in dynamic.warnings]
