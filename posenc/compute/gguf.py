@@ -15,6 +15,7 @@ from posenc.compute.cost import Cost, Plan, fields
 from posenc.compute.rope import WORK_PER_CONFIG, WORK_PER_JSON_ELEMENT, WORK_PER_LAYER
 from posenc.errors import located
 from posenc.real_models.configs import resolve_config
+from posenc.real_models.engine_notes import engine_notes
 from posenc.real_models.gguf_files import check_metadata, compare_with_config, config_from_gguf
 from posenc.real_models.presets import get_preset
 from posenc.schemas.models import GgufRequest
@@ -53,6 +54,7 @@ def plan_gguf(request: GgufRequest) -> Plan[dict[str, Any]]:
     answer = {
         **resolved.to_json(),
         "warnings": [asdict(warning) for warning in warnings],
+        "engine_notes": [note.to_json() for note in engine_notes(converted.config, resolved)],
         "config": converted.config,
         "against": label,
     }

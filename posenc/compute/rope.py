@@ -19,7 +19,8 @@ from posenc.compute.cost import Cost, Plan, fields
 from posenc.errors import located
 from posenc.real_models import diagnostics
 from posenc.real_models.config_fields import check_json_value
-from posenc.real_models.configs import ResolvedConfig, config_layer, convert_config, query_temperature, resolve_config
+from posenc.real_models.configs import config_layer, convert_config, query_temperature, resolve_config
+from posenc.real_models.engine_notes import engine_notes
 from posenc.real_models.mrope_positions import Segment, mrope_position_ids
 from posenc.real_models.presets import get_preset
 from posenc.real_models.serving import LOGIT_ELEMENTS, Schedules, ServingLayer, serve_check, serving_layer
@@ -245,12 +246,13 @@ def plan_convert(request: ConvertRequest) -> Plan[dict[str, Any]]:
     return Plan(cost, run)
 
 
-def plan_resolve(config: dict[str, Any] | None, preset: str | None) -> Plan[ResolvedConfig]:
+def plan_resolve(config: dict[str, Any] | None, preset: str | None) -> Plan[dict[str, Any]]:
     """A config (or a preset) resolved per layer: the resolution is the work, bounded by the config reader; the
-    answer is one entry per layer, with its params."""
+    answer is one entry per layer, with its params, the warnings and the engine notes."""
     source = ("preset",) if config is None else ("config",)
+    chosen = get_preset(preset) if config is None and preset is not None else config or {}
     with located(source):
-        resolved = resolve_config(get_preset(preset) if config is None and preset is not None else config or {})
+        resolved = resolve_config(chosen)
     elements = sum(
         20 + sum(len(v) if isinstance(v, list) else 1 for v in layer.params.values()) for layer in resolved.layers
     )
@@ -259,7 +261,8 @@ def plan_resolve(config: dict[str, Any] | None, preset: str | None) -> Plan[Reso
         work=len(resolved.layers) * WORK_PER_LAYER + elements * WORK_PER_JSON_ELEMENT,
         fields=fields(*source),
     )
-    return Plan(cost, lambda: resolved)
+    notes = [note.to_json() for note in engine_notes(chosen, resolved)]
+    return Plan(cost, lambda: resolved.to_json() | {"engine_notes": notes})
 
 
 # Work units of the serving simulator (``posenc.real_models.serving``), per head where a head is involved.

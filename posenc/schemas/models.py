@@ -59,10 +59,23 @@ class LayerRopeOut(BaseModel):
     )
 
 
+class EngineNoteOut(BaseModel):
+    code: str = Field(description="the pattern: cos_sin_scale, mla_mscale_softmax, derived_max_length, ...")
+    layers: list[int] = Field(description="the layers concerned (empty: the whole config)")
+    huggingface: str = Field(description="what Hugging Face computes for this config (checked here)")
+    elsewhere: str = Field(description="what the cited public threads show another engine did or does")
+    sources: list[str] = Field(description="the threads (GitHub issues and pull requests)")
+
+
 class ResolvedModel(BaseModel):
     model_type: str | None
     layers: list[LayerRopeOut]
     warnings: list[ConfigWarningOut]
+    engine_notes: list[EngineNoteOut] = Field(
+        default_factory=list,
+        description="where engines are known to compute this config differently: Hugging Face's numbers, and "
+        "as cited text what differs elsewhere",
+    )
 
 
 class ModelPreset(BaseModel):

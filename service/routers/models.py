@@ -60,7 +60,7 @@ async def resolve_model(request: ResolveRequest, settings: SettingsDep, slots: S
     return await slots.serve(
         settings,
         lambda: plan_resolve(request.config, request.preset),
-        lambda resolved: json_answer(ResolvedModel.model_validate(resolved.to_json())),
+        lambda resolved: json_answer(ResolvedModel.model_validate(resolved)),
     )
 
 

@@ -421,6 +421,32 @@ class EncodingRequest(BaseModel):
     """
 
 
+class EngineNoteOut(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    code: Annotated[str, Field(title="Code")]
+    """
+    the pattern: cos_sin_scale, mla_mscale_softmax, derived_max_length, ...
+    """
+    elsewhere: Annotated[str, Field(title="Elsewhere")]
+    """
+    what the cited public threads show another engine did or does
+    """
+    huggingface: Annotated[str, Field(title="Huggingface")]
+    """
+    what Hugging Face computes for this config (checked here)
+    """
+    layers: Annotated[list[int], Field(title="Layers")]
+    """
+    the layers concerned (empty: the whole config)
+    """
+    sources: Annotated[list[str], Field(title="Sources")]
+    """
+    the threads (GitHub issues and pull requests)
+    """
+
+
 class EvalSpec(BaseModel):
     """
     The evaluation sizes, each family in its own unit: ``lengths`` in tokens (text, probes), ``sizes`` in items
@@ -572,6 +598,10 @@ class GgufResolved(BaseModel):
     config: Annotated[dict[str, Any], Field(title="Config")]
     """
     the Hugging Face style config the GGUF's metadata maps to
+    """
+    engine_notes: Annotated[list[EngineNoteOut] | None, Field(title="Engine Notes")] = None
+    """
+    where engines are known to compute this config differently: Hugging Face's numbers, and as cited text what differs elsewhere
     """
     layers: Annotated[list[LayerRopeOut], Field(title="Layers")]
     model_type: Annotated[str | None, Field(title="Model Type")]
@@ -1358,6 +1388,10 @@ class ResolvedModel(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    engine_notes: Annotated[list[EngineNoteOut] | None, Field(title="Engine Notes")] = None
+    """
+    where engines are known to compute this config differently: Hugging Face's numbers, and as cited text what differs elsewhere
+    """
     layers: Annotated[list[LayerRopeOut], Field(title="Layers")]
     model_type: Annotated[str | None, Field(title="Model Type")]
     warnings: Annotated[list[ConfigWarningOut], Field(title="Warnings")]

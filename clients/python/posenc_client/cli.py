@@ -324,6 +324,11 @@ def _rope_doctor(client: Client, args: argparse.Namespace) -> int:
         print(f"  evidence: {json.dumps(warning.evidence, default=str)}")
     if not resolved.warnings:
         print("no warnings")
+    for note in resolved.engine_notes or []:
+        where = f" (layers {_ranges(note.layers)})" if note.layers else ""
+        print(f"engine note {note.code}{where}: Hugging Face: {note.huggingface}")
+        print(f"  elsewhere: {note.elsewhere}")
+        print(f"  sources: {' '.join(note.sources)}")
     return 0
 
 

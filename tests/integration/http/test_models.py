@@ -229,3 +229,13 @@ def test_llama4_query_temperature_by_position(client: TestClient) -> None:
     assert body["temperature"] == pytest.approx([1.0, 1.0 + 0.1 * math.log(2), 1.0 + 0.1 * math.log(2)], rel=1e-12)
     rope_layer = client.post("/v1/rope/temperature", json={"config": config, "layer": 0, "length": 2})
     assert rope_layer.json() == {"applies": False, "temperature": [1.0, 1.0], "formula": None}
+
+
+def test_resolve_answers_the_engine_notes_with_their_sources(client: TestClient) -> None:
+    response = client.post("/v1/models/resolve", json={"preset": "deepseek-v3"})
+    assert response.status_code == 200, response.text
+    codes = {note["code"]: note for note in response.json()["engine_notes"]}
+    assert {"mla_mscale_softmax", "derived_max_length"} <= set(codes)
+    assert all(url.startswith("https://github.com/") for url in codes["mla_mscale_softmax"]["sources"])
+    plain = client.post("/v1/models/resolve", json={"preset": "qwen3-8b"}).json()
+    assert plain["engine_notes"] == []

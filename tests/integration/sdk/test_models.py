@@ -51,23 +51,56 @@ def test_the_readme_python_example_runs_as_written(compute_gateway: Any, tmp_pat
     assert lines[2].startswith("deepseek rotates [128, 192] softmax scale 0.1352")
 
 
+def llama_gguf(path: Path) -> Path:
+    """Llama 3.1 8B's rope metadata as llama.cpp's converter writes it (the llama3 factors as rope_freqs)."""
+    import gguf
+
+    from posenc.real_models.gguf_files import llama3_factors
+
+    llama = PRESETS["llama-3.1-8b"]
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_context_length(llama["max_position_embeddings"])
+    writer.add_embedding_length(llama["hidden_size"])
+    writer.add_block_count(llama["num_hidden_layers"])
+    writer.add_head_count(llama["num_attention_heads"])
+    writer.add_head_count_kv(llama["num_key_value_heads"])
+    writer.add_rope_freq_base(llama["rope_theta"])
+    writer.add_rope_dimension_count(128)
+    writer.add_tensor("rope_freqs.weight", llama3_factors(llama["rope_theta"], 128, 8.0, 1.0, 4.0, 8192))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def test_the_readme_cli_examples_run_as_written(compute_gateway: Any, tmp_path: Path) -> None:
     [block] = readme_blocks("bash")
-    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
-    assert commands == ["posenc-client rope doctor --preset deepseek-v3", "posenc-client rope doctor config.json"]
+    commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    assert [shlex.split(command)[:3] for command in commands] == [["posenc-client", "rope", "doctor"]] * 3 + [
+        ["posenc-client", "rope", "serve-check"]
+    ]
     (tmp_path / "config.json").write_text(json.dumps(buggy_gemma_config()))
+    llama_gguf(tmp_path / "model.gguf")
     outputs = []
     for command in commands:
         argv = [CLI, "--base-url", compute_gateway.url, *shlex.split(command)[1:]]
         ran = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
         assert ran.returncode == 0, ran.stderr
         outputs.append(ran.stdout)
-    deepseek, gemma = outputs
+    deepseek, gemma, gguf_file, serving = outputs
     assert "0-60" in deepseek
     assert "rope_yarn" in deepseek
     assert "[128:192] of 192" in deepseek
     assert "warning static_yarn (layers 0-60)" in deepseek
+    assert "engine note mla_mscale_softmax (layers 0-60)" in deepseek
     assert "warning sliding_layers_scaled (layers 0-4,6-10,12-16,18-22,24-28,30-33)" in gemma
+    assert "rope_llama3" in gguf_file
+    assert "no warnings" in gguf_file  # the GGUF keeps every rope field of its source
+    # dynamic NTK past its original length (32): cached keys go stale, the decode and chunked variants say where
+    rows = [line.split() for line in serving.splitlines()]
+    assert all(row[2] == "exact" for row in rows if row[1:2] == ["correct"])
+    assert any(row[0].startswith("stale_cached_keys") and row[2] == "caught" for row in rows)
 
 
 def test_doctor_json_and_errors(compute_gateway: Any, tmp_path: Path) -> None:
