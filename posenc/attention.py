@@ -122,22 +122,34 @@ def attention_maps(
 
 
 def attention_statistics(
-    weights: torch.Tensor, fully_masked: torch.Tensor | None = None, *, query_offset: int = 0
+    weights: torch.Tensor,
+    fully_masked: torch.Tensor | None = None,
+    *,
+    query_offset: int = 0,
+    grid_coordinates: torch.Tensor | None = None,
 ) -> AttentionStatistics:
     """Per-head entropy, mean attention distance and attention mass by distance (evaluation.md §6.1-6.3).
 
     Averages run over batch and queries, leaving out rows in ``fully_masked`` (B, H, Nq); a head without
-    a single valid row gets zeros. Distances are |(i + query_offset) − j| between query and key positions.
+    a single valid row gets zeros. Distances are |(i + query_offset) − j| between query and key indices (token
+    order), or with ``grid_coordinates`` (Nk, A) int64 (the keys' grid coordinates, the queries being keys
+    query_offset … query_offset + Nq − 1; negative rows are prefix tokens) the grid distance Σ_a |p_a − p'_a|
+    between their cells, 0 to and from a prefix token. Either way a distance is below max(Nq + query_offset, Nk).
     """
     batch, heads, q_len, k_len = weights.shape
     width = max(q_len + query_offset, k_len)
+    q_pos = torch.arange(q_len) + query_offset  # (Nq,)
+    if grid_coordinates is None:
+        distance = (q_pos[:, None] - torch.arange(k_len)[None, :]).abs()  # (Nq, Nk) int64
+    else:
+        cells = grid_coordinates.reshape(k_len, -1)  # (Nk, A)
+        prefix = (cells < 0).any(dim=-1)  # (Nk,)
+        distance = (cells[q_pos][:, None, :] - cells[None, :, :]).abs().sum(dim=-1)  # (Nq, Nk)
+        distance = distance.masked_fill(prefix[q_pos][:, None] | prefix[None, :], 0)  # (Nq, Nk)
     valid = (~fully_masked if fully_masked is not None else torch.ones(batch, heads, q_len, dtype=torch.bool)).to(
         weights.dtype
     )  # (B, H, Nq)
     rows_per_head = valid.sum(dim=(0, 2)).clamp_min(1.0)  # (H,)
-
-    q_pos = torch.arange(q_len) + query_offset  # (Nq,)
-    distance = (q_pos[:, None] - torch.arange(k_len)[None, :]).abs()  # (Nq, Nk) int64
 
     row_entropy = -torch.special.xlogy(weights, weights).sum(dim=-1)  # (B, H, Nq); 0·ln 0 = 0
     row_distance = (weights * distance.to(weights.dtype)).sum(dim=-1)  # (B, H, Nq)

@@ -143,6 +143,7 @@ def prepare_attention(request: AttentionRequest) -> Prepared:
             if request.state is None
             else {name: decode(value, f"state.{name}") for name, value in request.state.items()}
         )
+        positions = None if layout.build is None else layout.build()
         maps = attention_maps(
             q,
             k,
@@ -156,7 +157,7 @@ def prepare_attention(request: AttentionRequest) -> Prepared:
             pairing=request.pairing,
             query_offset=query_offset,
             state=state,
-            positions=None if layout.build is None else layout.build(),
+            positions=positions,
             graph=graph,
         )
         tensors = {"weights": maps.weights.to(torch_dtype(out_dtype))}
@@ -168,7 +169,10 @@ def prepare_attention(request: AttentionRequest) -> Prepared:
                 assert maps.leftover is not None
                 tensors["leftover"] = maps.leftover
         if request.stats:
-            stats = attention_statistics(maps.weights, maps.fully_masked, query_offset=query_offset)
+            on_grid = positions if request.grid is not None else None
+            stats = attention_statistics(
+                maps.weights, maps.fully_masked, query_offset=query_offset, grid_coordinates=on_grid
+            )
             tensors |= {
                 "entropy": stats.entropy,
                 "mean_distance": stats.mean_distance,
@@ -183,7 +187,12 @@ def prepare_attention(request: AttentionRequest) -> Prepared:
             "fully_masked_rows": int(maps.fully_masked.sum()),
             "stats_dtype": stats_dtype,
             "stats": "per head, averaged over batch and over queries that attend to at least one key; "
-            "entropy in nats; distance |(i + query_offset) - j| between query and key indices (token order)",
+            "entropy in nats; "
+            + (
+                "distance: the grid distance Σ_a |p_a - p'_a| between query and key cells (0 to and from prefix tokens)"
+                if request.grid is not None
+                else "distance |(i + query_offset) - j| between query and key indices (token order)"
+            ),
         }
         return TensorResult(tensors, meta)
 

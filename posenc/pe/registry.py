@@ -6,6 +6,7 @@ family explicitly, so the registry is complete once ``posenc.pe`` is imported. N
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -36,8 +37,15 @@ class UnknownMethodError(KeyError):
         super().__init__(name)
         self.name = name
 
+    @property
+    def close_names(self) -> list[str]:
+        """Registered names close to the one asked for (a typo's likely meaning), best first."""
+        return difflib.get_close_matches(str(self.name), list(_REGISTRY), n=3, cutoff=0.6)
+
     def __str__(self) -> str:
-        return f"unknown method {self.name!r}; GET /v1/methods lists the {len(_REGISTRY)} registered ones"
+        close = self.close_names
+        hint = f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
+        return f"unknown method {self.name!r}{hint}; GET /v1/methods lists the {len(_REGISTRY)} registered ones"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from posenc.compute import rope as plans
 from posenc.compute.gguf import plan_gguf
 from posenc.compute.rope import plan_resolve
 from posenc.real_models.presets import PRESETS, get_preset
@@ -21,6 +22,7 @@ from posenc.schemas.models import (
     ResolvedModel,
     ResolveRequest,
 )
+from posenc.schemas.rope import ConvertRequest, ConvertResponse
 from service.deps import SettingsDep, SlotsDep
 from service.transport import json_answer
 
@@ -73,4 +75,13 @@ async def resolve_gguf(request: GgufRequest, settings: SettingsDep, slots: Slots
     rope tensors; the server never needs the file."""
     return await slots.serve(
         settings, lambda: plan_gguf(request), lambda answer: json_answer(GgufResolved.model_validate(answer))
+    )
+
+
+@router.post("/models/convert", name="convert", response_model=ConvertResponse, responses=_PROBLEMS)
+async def convert(request: ConvertRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
+    """The config in the other Hugging Face dialect (v4 rope_scaling <-> v5 rope_parameters); it resolves to the
+    same layers."""
+    return await slots.serve(
+        settings, lambda: plans.plan_convert(request), lambda config: json_answer(ConvertResponse(config=config))
     )

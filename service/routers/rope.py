@@ -13,8 +13,6 @@ from posenc.compute import rope as plans
 from posenc.schemas.errors import Problem
 from posenc.schemas.rope import (
     CompareRequest,
-    ConvertRequest,
-    ConvertResponse,
     DecodeRequest,
     FrequenciesRequest,
     PermutationRequest,
@@ -48,15 +46,6 @@ async def position_ids(request: PositionIdsRequest, settings: SettingsDep, slots
         return json_answer(PositionIdsResponse(ids=ids, next_position=next_position, warnings=warnings))
 
     return await slots.serve(settings, lambda: plans.plan_position_ids(request), answer)
-
-
-@router.post("/models/convert", name="convert", response_model=ConvertResponse, responses=_PROBLEMS)
-async def convert(request: ConvertRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
-    """The config in the other Hugging Face dialect (v4 rope_scaling <-> v5 rope_parameters); it resolves to the
-    same layers."""
-    return await slots.serve(
-        settings, lambda: plans.plan_convert(request), lambda config: json_answer(ConvertResponse(config=config))
-    )
 
 
 @router.post("/rope/frequencies", name="frequencies", responses=_PROBLEMS)

@@ -29,6 +29,13 @@ def test_unknown_method_is_404(client: TestClient, wire: Any, path: str, body: d
     assert problem["instance"] == path
 
 
+def test_a_misspelt_method_is_a_404_naming_the_close_ones(client: TestClient, wire: Any) -> None:
+    problem = wire.problem(client.post("/v1/bias", json={"method": "alibbi", "num_heads": 2, "query_length": 4}), 404)
+    assert "did you mean 'alibi'" in problem["detail"]
+    far = wire.problem(client.post("/v1/bias", json={"method": "qqqqqq", "num_heads": 2, "query_length": 4}), 404)
+    assert "did you mean" not in far["detail"]
+
+
 def test_unknown_route_is_404(client: TestClient, wire: Any) -> None:
     wire.problem(client.get("/v1/nothing-here"), 404)
 
@@ -225,3 +232,15 @@ def test_rate_limit_per_key_in_memory(make_client: Any, wire: Any) -> None:
     wire.problem(limited, 429)
     assert 1 <= int(limited.headers["retry-after"]) <= 60
     assert client.get("/v1/methods", headers={"X-API-Key": "b"}).status_code == 200  # per key
+
+
+@pytest.mark.parametrize("path", ["/v1/rotary", "/v1/attention"])
+def test_a_rotated_width_the_user_did_not_send_is_blamed_on_q_s_shape(client: TestClient, wire: Any, path: str) -> None:
+    """rope_2d_axial needs a rotated width divisible by 4; with no rotary_dim it is q's head dim (6 here)."""
+    q = {"random": {"shape": [1, 1, 4, 6], "seed": 0}}
+    problem = wire.problem(client.post(path, json={"method": "rope_2d_axial", "q": q, "k": q, "grid": [2, 2]}), 422)
+    assert wire.locs(problem) == [["body", "q", "shape"]]
+    assert "D = 6" in problem["detail"]
+    if path == "/v1/rotary":  # sent, it is blamed on itself
+        sent = {"method": "rope_2d_axial", "q": q, "k": q, "grid": [2, 2], "rotary_dim": 6}
+        assert wire.locs(wire.problem(client.post(path, json=sent), 422)) == [["body", "rotary_dim"]]

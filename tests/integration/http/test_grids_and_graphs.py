@@ -188,3 +188,27 @@ def test_bad_layouts_are_422_naming_the_field(
     tensors = {"q": _random([1, 2, 12, 8], 7), "k": _random([1, 2, 12, 8], 8)}
     response = client.post("/v1/attention", json={**tensors, **body})
     assert wire.locs(wire.problem(response, 422)) == [loc], response.text
+
+
+def test_attention_statistics_on_a_grid_use_the_grid_distance(client: TestClient, wire: Any) -> None:
+    """On a 3 x 4 grid with a CLS token, a query's distance to a key is Σ|Δrow| + |Δcol| (0 to and from the CLS),
+    not the distance of their token indices; the answer says which distance it used."""
+    grid, prefix = [3, 4], 1
+    tokens = prefix + 12
+    q, k = _random([1, 2, tokens, 8], 1), _random([1, 2, tokens, 8], 2)
+    body = {"method": "alibi_2d", "q": q, "k": k, "grid": grid, "prefix_tokens": prefix}
+    response = client.post("/v1/attention", json=body, headers=SAFETENSORS)
+    assert response.status_code == 200, response.text
+    tensors, meta = wire.safetensors(response)
+    cells = grid_positions(tuple(grid), prefix)  # (13, 2), the CLS row negative
+    rows = torch.tensor([[0, 0]] + [[r, c] for r in range(3) for c in range(4)])  # (13, 2)
+    distance = (rows[:, None, :] - rows[None, :, :]).abs().sum(-1).to(torch.float64)  # (13, 13)
+    distance[0, :] = 0
+    distance[:, 0] = 0
+    assert bool((cells[1:] >= 0).all())
+    weights = tensors["weights"].to(torch.float64)[0]  # (H, N, N)
+    expected = (weights * distance).sum(-1).mean(-1)  # (H,)
+    torch.testing.assert_close(tensors["mean_distance"].to(torch.float64), expected, rtol=1e-5, atol=1e-6)
+    token_order = (weights * (torch.arange(tokens)[:, None] - torch.arange(tokens)[None, :]).abs()).sum(-1).mean(-1)
+    assert not torch.allclose(expected, token_order)
+    assert "grid distance" in meta["stats"]
