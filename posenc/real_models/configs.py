@@ -88,7 +88,39 @@ INTERLEAVED_MODEL_TYPES = frozenset(
     {"llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4"}
 )
 # model types whose sliding-window layers are trained unscaled (their own θ), whatever the global layers use
-SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text", "gemma4", "gemma4_text"})
+SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo3"})
+# model types whose v4 rope_scaling is the full-attention layers' only: the sliding layers rotate unscaled at
+# rope_theta (transformers' Olmo3Config puts rope_scaling into rope_parameters["full_attention"]; vLLM's olmo2/olmo3
+# "Rope scaling is only applied on full attention layers")
+FULL_ONLY_SCALING_MODEL_TYPES = frozenset({"olmo3"})
+# model types whose MLA layers are trained without position (NoPE: transformers' attention code has no rotary
+# embedding), where vLLM rotates their rope part unless the config says mla_use_nope: true (Kimi Linear)
+NOPE_MLA_MODEL_TYPES = frozenset({"kimi_linear"})
+# model types whose attention adds a learned logit per head to the softmax denominator (gpt-oss's ``sinks``)
+ATTENTION_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
+ATTENTION_SINK_NOTE = (
+    "attention sinks: a learned logit per head joins the softmax denominator (no value, no position), so the real "
+    "keys' weights sum to less than 1; the rotation of q and k is unaffected"
+)
+# what a model type's own config class (transformers) fills in where config.json leaves the key out; a reader of
+# config.json alone falls back to GENERIC_FALLBACKS and rotates something else (the "kwargs.setdefault" defaults of
+# transformers 5's configuration_<model>.py; Olmo3Config.default_theta)
+MODEL_TYPE_DEFAULTS: dict[str, dict[str, float | int]] = {
+    "qwen3_next": {"partial_rotary_factor": 0.25, "full_attention_interval": 4},
+    "glm4_moe": {"partial_rotary_factor": 0.5},
+    "glm4": {"partial_rotary_factor": 0.5},
+    "glm": {"partial_rotary_factor": 0.5},
+    "phi": {"partial_rotary_factor": 0.5},
+    "persimmon": {"partial_rotary_factor": 0.5},
+    "stablelm": {"partial_rotary_factor": 0.25},
+    "nemotron": {"partial_rotary_factor": 0.5},
+    "olmo3": {"rope_theta": 500000.0},
+}
+GENERIC_FALLBACKS = {
+    "partial_rotary_factor": "1.0 (the whole head rotates)",
+    "full_attention_interval": "none (every layer is full attention with RoPE)",
+    "rope_theta": f"{DEFAULT_THETA:g}",
+}
 # model types whose attention multiplies the logits by 1 (q and k RMS-normalised per head; transformers' scaling=1.0)
 UNIT_SOFTMAX_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
 # model types whose sparse-attention indexer rotates interleaved pairs in transformers (GLM-5); DeepSeek-V3.2's
@@ -128,6 +160,7 @@ class LayerRope:
     mrope_section: list[int] | None = None  # M-RoPE: pairs per (t, h, w) section
     shared_key_rope: bool = False  # MLA: one rotated key part for all heads
     indexer: LayerRope | None = None  # DeepSeek-V3.2 / GLM-5: the sparse-attention indexer's own rotation
+    notes: list[str] = field(default_factory=list)  # what else the layer's attention does (gpt-oss's sinks)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -285,7 +318,7 @@ class _Block:
 
 
 def _rope_blocks(
-    text: TextFields, types: Sequence[str], warnings: list[ConfigWarning]
+    text: TextFields, types: Sequence[str], warnings: list[ConfigWarning], model_type: str | None = None
 ) -> tuple[dict[str, _Block | None], bool]:
     """The rope dict of each layer type, and whether the config gave one per layer type."""
     source = "rope_parameters" if text.rope_parameters is not None else "rope_scaling"
@@ -313,6 +346,15 @@ def _rope_blocks(
         # Gemma 3 (v4): sliding layers use their own θ, unscaled; rope_scaling is the global layers'
         local = RopeFields(rope_type="default", rope_theta=local_theta)
         blocks[SLIDING] = _Block(local, (source,), theta_loc=("rope_local_base_freq",))
+    elif not nested and SLIDING in present and source == "rope_scaling" and model_type in FULL_ONLY_SCALING_MODEL_TYPES:
+        # Olmo 3 (v4): rope_scaling is the full-attention layers'; the sliding layers rotate unscaled at rope_theta
+        flat_block = blocks[SLIDING]
+        flat_theta = flat_block.fields.rope_theta if flat_block is not None else None
+        if flat_theta is None:
+            blocks[SLIDING] = _Block(RopeFields(rope_type="default"), (source,))
+        else:
+            local = RopeFields(rope_type="default", rope_theta=flat_theta)
+            blocks[SLIDING] = _Block(local, (source,), theta_loc=(source, "rope_theta"))
     for layer_type, block in blocks.items():
         if block is None:
             continue
@@ -525,12 +567,15 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
         if head_dim > MAX_HEAD_DIM:
             raise InvalidInput(("qk_nope_head_dim",), f"qk_nope_head_dim + qk_rope_head_dim must be <= {MAX_HEAD_DIM}")
     warnings: list[ConfigWarning] = []
+    text, filled = _model_defaults(text, model_type)
+    if filled:
+        warnings.append(_model_default_warning(model_type, filled))
     types = _layer_types(text, layers)
     rotating = _rope_layers(text, layers)
     if text.mla_use_nope and mla_rope is not None:
         rotating = [False] * layers  # Kimi Linear / GLM-5: the MLA layers' rope part is never rotated
     rotating = [rotate and layer_type != LINEAR for rotate, layer_type in zip(rotating, types, strict=True)]
-    blocks, nested = _rope_blocks(text, [t for t in types if t != LINEAR] or [FULL], warnings)
+    blocks, nested = _rope_blocks(text, [t for t in types if t != LINEAR] or [FULL], warnings, model_type)
     interleave = text.rope_interleave if text.rope_interleave is not None else model_type in INTERLEAVED_MODEL_TYPES
     pairing = "interleaved" if interleave or text.is_neox_style is False else "half"
     window, chunk = text.sliding_window, text.attention_chunk_size
@@ -620,10 +665,49 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
                 mrope_section=section,
                 shared_key_rope=mla_rope is not None and rope,
                 indexer=indexer,
+                notes=[ATTENTION_SINK_NOTE]
+                if model_type in ATTENTION_SINK_MODEL_TYPES and layer_type != LINEAR
+                else [],
             )
         )
     warnings.extend(_pattern_warnings(text, model_type, resolved, nested))
     return ResolvedConfig(model_type=model_type, layers=resolved, warnings=warnings)
+
+
+def _model_defaults(text: TextFields, model_type: str | None) -> tuple[TextFields, dict[str, float | int]]:
+    """The config with the keys it leaves out that its model type's own config class fills in
+    (``MODEL_TYPE_DEFAULTS``), and those keys: each only where no spelling of it is given anywhere."""
+    defaults = MODEL_TYPE_DEFAULTS.get(model_type or "", {})
+    if not defaults:
+        return text, {}
+    rope: Mapping[str, Any] = text.rope_parameters if text.rope_parameters is not None else text.rope_scaling or {}
+    given = set(rope)
+    for value in rope.values():
+        if isinstance(value, Mapping):  # one rope dict per layer type
+            given |= set(value)
+    missing = {
+        "partial_rotary_factor": text.partial_rotary_factor is None
+        and text.rotary_pct is None
+        and text.rotary_dim is None
+        and text.qk_rope_head_dim is None
+        and "partial_rotary_factor" not in given,
+        "full_attention_interval": text.full_attention_interval is None and text.layer_types is None,
+        "rope_theta": text.rope_theta is None and text.rope_local_base_freq is None and "rope_theta" not in given,
+    }
+    filled = {key: value for key, value in defaults.items() if missing[key]}
+    return (text.model_copy(update=filled) if filled else text), filled
+
+
+def _model_default_warning(model_type: str | None, filled: Mapping[str, float | int]) -> ConfigWarning:
+    fallback = {key: GENERIC_FALLBACKS[key] for key in filled}
+    return ConfigWarning(
+        "model_type_default",
+        f"the config leaves out {', '.join(filled)}: {model_type}'s own config class fills in "
+        f"{dict(filled)} (what transformers runs; resolved so), but a reader of config.json alone falls back to "
+        f"{fallback} and rotates other features or other layers. Write the values into the config.",
+        [],
+        {"model_type": model_type, "filled": dict(filled), "generic_fallback": fallback},
+    )
 
 
 def _llama4_query_scale(rope: RopeFields, params: Mapping[str, Any], text: TextFields) -> dict[str, Any] | None:
@@ -706,7 +790,7 @@ def _pattern_warnings(
                 "sliding_layers_scaled",
                 f"the sliding-window layers get the global scaling ({first.method}, factor "
                 f"{first.params.get('factor')}); {model_type} trains them unscaled with their own rope_theta "
-                f"(rope_local_base_freq). {fix}",
+                f"({'rope_theta' if model_type in FULL_ONLY_SCALING_MODEL_TYPES else 'rope_local_base_freq'}). {fix}",
                 sliding_scaled,
                 {
                     "method": first.method,
@@ -736,6 +820,19 @@ def _pattern_warnings(
                 "(another denominator, other features): set rope_type proportional for full_attention.",
                 narrowed,
                 {"method": first.method, "rotary_dim": first.rotary_dim, "head_dim": first.head_dim},
+            )
+        )
+    rotated_mla = [layer.layer for layer in layers if layer.shared_key_rope and model_type in NOPE_MLA_MODEL_TYPES]
+    if rotated_mla:
+        warnings.append(
+            ConfigWarning(
+                "mla_rope_in_nope_model",
+                f"{model_type}'s MLA layers are trained without position (its own code has no rotary embedding), "
+                f"but this config does not say mla_use_nope: true, so the qk_rope_head_dim={text.qk_rope_head_dim} "
+                "part of every MLA head is rotated here, as vLLM rotates it: positions the model never saw. Set "
+                "mla_use_nope: true.",
+                rotated_mla,
+                {"mla_use_nope": text.mla_use_nope, "qk_rope_head_dim": text.qk_rope_head_dim, "model_code": "NoPE"},
             )
         )
     indexed = [layer.layer for layer in layers if layer.indexer is not None]
@@ -882,6 +979,8 @@ def _convert_v5(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
     flat.setdefault("rope_theta", DEFAULT_THETA)
     if factor is not None:
         flat.setdefault("partial_rotary_factor", factor)
+    if SLIDING in types and local_theta is None and resolved.model_type in FULL_ONLY_SCALING_MODEL_TYPES:
+        local_theta = flat["rope_theta"]  # Olmo 3: the scaling is the full-attention layers'; sliding unscaled
     if local_theta is not None and SLIDING in types:
         if "layer_types" not in text:
             text["layer_types"] = [layer.layer_type for layer in resolved.layers]
@@ -910,7 +1009,10 @@ def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
             raise InvalidInput(
                 ("rope_parameters", SLIDING), "v4 gives sliding layers only an unscaled θ (rope_local_base_freq)"
             )
-        text["rope_local_base_freq"] = sliding.get("rope_theta", DEFAULT_THETA)
+        local_theta = sliding.get("rope_theta", DEFAULT_THETA)
+        full_only = resolved.model_type in FULL_ONLY_SCALING_MODEL_TYPES
+        if not (full_only and isinstance(full, Mapping) and full.get("rope_theta") == local_theta):
+            text["rope_local_base_freq"] = local_theta  # (Olmo 3: the sliding layers' θ is rope_theta itself)
         block, where = full, ("rope_parameters", FULL)
     rope = _canonical_rope(block, where)
     text["rope_theta"] = rope.pop("rope_theta", text.get("rope_theta", DEFAULT_THETA))

@@ -47,8 +47,9 @@ _GEMMA3_TEXT = {
 
 # google/gemma-4-26B-A4B-it's text_config (v5 only: per-layer-type rope_parameters). Values as its published
 # config.json reports them (public copies found with the search tools: 30 layers, 5:1 sliding/full, 1024 window,
-# head_dim 256 and global_head_dim 512, 2 global KV heads sharing K and V, 256K context); the rope dicts are also
-# transformers 5.23's Gemma4TextConfig defaults.
+# head_dim 256 and global_head_dim 512, 16 heads, 8 KV heads and 2 global KV heads sharing K and V, hidden 2816, 256K
+# context; the Gemma 4 31B's text_config beside it has the same rope dicts); the rope dicts are also transformers
+# 5.23's Gemma4TextConfig defaults (sliding: default θ 1e4; full: proportional, partial 0.25, θ 1e6).
 _GEMMA4_TEXT = {
     "model_type": "gemma4_text",
     "attention_k_eq_v": True,
@@ -295,8 +296,11 @@ PRESETS: dict[str, dict[str, Any]] = {
             "rope_type": "yarn",
         },
     },
-    # Qwen3-Next-80B-A3B's published config.json: Gated DeltaNet layers (no RoPE) with every 4th layer full
-    # attention, partial rotation 0.25 of a 256-wide head
+    # Qwen3-Next-80B-A3B-Instruct's published config.json: Gated DeltaNet layers (no RoPE) with every 4th layer full
+    # attention (full_attention_interval 4, no layer_types), partial rotation 0.25 of a 256-wide head at θ 1e7.
+    # Checked against public copies of the config.json found with the search tools (head_dim 256, hidden 2048,
+    # interval 4, 262144 positions; rope_theta 1e7 and partial_rotary_factor 0.25 as a pinned fixture of revision
+    # 9c7f2fbe quotes them) and transformers 5.23's Qwen3NextConfig defaults (48 layers, 16 heads, 2 KV heads)
     "qwen3-next-80b-a3b": {
         "model_type": "qwen3_next",
         "full_attention_interval": 4,
@@ -310,7 +314,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rope_scaling": None,
         "rope_theta": 10000000,
     },
-    # GLM-4.5's published config.json (glm4_moe: half of each 128-wide head rotated)
+    # zai-org/GLM-4.5's published config.json (glm4_moe: the first half of each 128-wide head rotated, rotate_half
+    # pairs, θ 1e6, no scaling). Checked against public copies of the config.json and NVIDIA's Megatron-Bridge page
+    # found with the search tools (92 layers, hidden 5120, 96 heads, 8 KV heads, head_dim 128, 131072 positions; the
+    # 202752 of other copies is GLM-4.6/4.7's) and transformers 5.23's Glm4MoeConfig (checkpoint zai-org/GLM-4.5:
+    # partial_rotary_factor 0.5, 131072 positions)
     "glm-4.5": {
         "model_type": "glm4_moe",
         "head_dim": 128,
@@ -323,6 +331,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rope_scaling": None,
         "rope_theta": 1000000,
     },
+    # openai/gpt-oss-20b's config.json (= transformers 5.23's GptOssConfig defaults): YaRN 32 over 4096 without the
+    # correction range's rounding (truncate false), 128-token windows on every other layer; every layer's softmax
+    # has a learned sink logit per head (the layers' notes)
     "gpt-oss-20b": {
         "model_type": "gpt_oss",
         "head_dim": 64,
@@ -342,6 +353,53 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "sliding_window": 128,
         "layer_types": ["sliding_attention", "full_attention"] * 12,
+    },
+    # allenai/Olmo-3-7B-Instruct's config.json (v4 dialect), as public copies found with the search tools quote it
+    # (the 7B and 32B Think cards have the same rope block): YaRN 8 over 8192 with an explicit attention_factor, on
+    # the full-attention layers only; the sliding layers (4096 keys, three of every four) rotate unscaled at θ 5e5.
+    # Sizes: transformers 5.23's Olmo3Config defaults ("Olmo3 7B style": 32 layers, hidden 4096, 32 heads)
+    "olmo-3-7b": {
+        "model_type": "olmo3",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "num_hidden_layers": 32,
+        "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 8,
+        "max_position_embeddings": 65536,
+        "rope_scaling": {
+            "attention_factor": 1.2079441541679836,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "yarn",
+        },
+        "rope_theta": 500000,
+        "sliding_window": 4096,
+    },
+    # moonshotai/Kimi-Linear-48B-A3B-Instruct's config.json (the fields a pinned public copy quotes verbatim): KDA
+    # linear-attention layers (no RoPE) and 7 MLA layers (1-based full_attn_layers) whose rope part is never rotated
+    # (mla_use_nope; transformers' KimiLinear attention has no rotary embedding at all)
+    "kimi-linear-48b-a3b": {
+        "model_type": "kimi_linear",
+        "hidden_size": 2304,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "num_hidden_layers": 27,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mla_use_nope": True,
+        "rope_theta": 10000.0,
+        "linear_attn_config": {
+            "head_dim": 128,
+            "num_heads": 32,
+            "short_conv_kernel_size": 4,
+            "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+            "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
+        },
     },
     "mistral-7b-v0.3": {
         "model_type": "mistral",

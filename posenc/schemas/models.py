@@ -53,6 +53,9 @@ class LayerRopeOut(BaseModel):
     query_temperature: dict[str, Any] | None = None
     mrope_section: list[int] | None = None
     shared_key_rope: bool = Field(default=False, description="MLA: one rotated key part shared by all heads")
+    notes: list[str] = Field(
+        default_factory=list, description="what else about the layer's attention a port must keep (gpt-oss's sinks)"
+    )
     indexer: LayerRopeOut | None = Field(
         default=None,
         description="DeepSeek-V3.2 / GLM-5: the sparse-attention indexer's own rotation (its head, slice, pairing)",

@@ -41,10 +41,14 @@ def hf_module(text: Any) -> Any:
     return importlib.import_module(type(text).__module__.replace("configuration_", "modeling_"))
 
 
+def hf_rotary_names(text: Any) -> list[str]:
+    """The text model's rotary classes: one, or none where the model's attention rotates nothing (Kimi Linear)."""
+    return [name for name in dir(hf_module(text)) if name.endswith("RotaryEmbedding") and "Vision" not in name]
+
+
 def hf_rotary(text: Any) -> Any:
-    module = hf_module(text)
-    [name] = [name for name in dir(module) if name.endswith("RotaryEmbedding") and "Vision" not in name]
-    return getattr(module, name)(text)
+    [name] = hf_rotary_names(text)
+    return getattr(hf_module(text), name)(text)
 
 
 def hf_frequencies(rotary: Any, layer_type: str) -> tuple[torch.Tensor, float]:
@@ -72,6 +76,9 @@ def test_every_preset_has_the_frequencies_and_scales_transformers_computes(name:
     resolved = resolve_config(config)
     text = hf_text_config(config)
     assert len(resolved.layers) == text.num_hidden_layers
+    if not hf_rotary_names(text):  # no rotary embedding in the model's code: no layer may rotate
+        assert all(layer.method is None for layer in resolved.layers)
+        return
     rotary = hf_rotary(text)
     for layer in resolved.layers:
         if layer.method is None:
@@ -97,9 +104,15 @@ def test_every_preset_has_the_layer_types_nope_layers_and_softmax_scale_of_trans
     # linear-attention layers (Qwen3-Next's Gated DeltaNet) have no attention scores to rotate for
     kinds = declared or [""] * text.num_hidden_layers
     rope_layers = [flag and kind != "linear_attention" for flag, kind in zip(rope_layers, kinds, strict=True)]
+    if not hf_rotary_names(text):  # Kimi Linear: its attention code has no rotary embedding at all
+        rope_layers = [False] * text.num_hidden_layers
     assert [layer.method is not None for layer in resolved.layers] == [bool(flag) for flag in rope_layers]
     module = hf_module(text)
-    [attention_name] = [n for n in dir(module) if n.endswith("Attention") and "Vision" not in n and "Audio" not in n]
+    [attention_name] = [
+        n
+        for n in dir(module)
+        if n.endswith("Attention") and not any(other in n for other in ("Vision", "Audio", "Delta"))
+    ]  # (Kimi Linear's KimiDeltaAttention is its linear attention: no scores, no scale)
     with torch.device("meta"):  # the projections of a 671B model's layer are not allocated
         attention = getattr(module, attention_name)(text, layer_idx=0)
     assert resolved.layers[0].softmax_scale == pytest.approx(attention.scaling, rel=1e-9)
@@ -440,8 +453,11 @@ def test_converting_a_preset_between_dialects_keeps_every_layer(name: str) -> No
     back = convert_config(as_v5, "v4")
     assert "rope_parameters" not in text_config(back)
     assert [layer.to_json() for layer in resolve_config(back).layers] == original
-    # transformers reads the v5 spelling to the same frequencies
-    layer = next(layer for layer in resolve_config(as_v5).layers if layer.method is not None)
+    # transformers reads the v5 spelling to the same frequencies (where a layer rotates at all: not Kimi Linear)
+    layer = next((layer for layer in resolve_config(as_v5).layers if layer.method is not None), None)
+    if layer is None:
+        assert not hf_rotary_names(hf_text_config(as_v5))
+        return
     expected, _ = hf_frequencies(hf_rotary(hf_text_config(as_v5)), layer.layer_type)
     torch.testing.assert_close(our_inv_freq(layer).float(), expected.float(), rtol=FLOAT32_POW, atol=0)
 

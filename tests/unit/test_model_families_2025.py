@@ -115,6 +115,13 @@ def hf_gemma4(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids
     return module.apply_rotary_pos_emb(q.float(), cos, sin), module.apply_rotary_pos_emb(k.float(), cos, sin)
 
 
+def hf_per_type(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor) -> Any:
+    """Olmo 3: one rotary buffer set per layer type (the sliding layers unscaled), apply_rotary_pos_emb."""
+    module, rotary = hf_module(text), hf_rotary(text)
+    cos, sin = rotary(q.float(), ids[None], layer.layer_type)
+    return module.apply_rotary_pos_emb(q.float(), k.float(), cos, sin)
+
+
 def hf_mla(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor) -> Any:
     """DeepSeek-style MLA: the rope part after the no-rope part, interleaved pairs."""
     module, rotary = hf_module(text), hf_rotary(text)
@@ -135,6 +142,10 @@ CASES: list[tuple[str, int, HfRotate]] = [
     ("glm-5", 0, hf_mla),
     ("qwen3-next-80b-a3b", 3, hf_half),  # the first full-attention layer: 64 of 256 features
     ("glm-4.5", 0, hf_half),
+    ("olmo-3-7b", 0, hf_per_type),  # sliding: plain RoPE at θ 5e5, no YaRN
+    ("olmo-3-7b", 3, hf_per_type),  # full: YaRN 8 over 8192, the config's attention_factor on cos and sin
+    ("gpt-oss-20b", 0, hf_half),  # sliding (gpt-oss's _apply_rotary_emb: halves), YaRN without truncation
+    ("gpt-oss-20b", 1, hf_half),  # full
 ]
 
 
@@ -268,3 +279,176 @@ def test_qwen3_next_linear_attention_layers_have_no_rope() -> None:
     assert [layer.layer_type for layer in layers] == list(text.layer_types)
     assert [layer.method is not None for layer in layers] == [kind == "full_attention" for kind in text.layer_types]
     assert layers[3].rotary_dim == 64
+
+
+def without(config: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: value for key, value in copy.deepcopy(config).items() if key not in keys}
+
+
+@pytest.mark.parametrize(("name", "key", "value"), [("qwen3-next-80b-a3b", "partial_rotary_factor", 0.25),
+                                                    ("glm-4.5", "partial_rotary_factor", 0.5)])  # fmt: skip
+def test_a_partial_rotation_left_to_the_model_default_is_warned_about_and_resolved_as_transformers(
+    name: str, key: str, value: float
+) -> None:
+    """Qwen3-Next and GLM-4.5's config classes default partial_rotary_factor (0.25, 0.5): a config.json without it
+    still rotates a quarter / half of each head in transformers, where a plain reader rotates the whole head. The
+    doctor warns; posenc resolves what transformers runs, and the whole-head port is not that."""
+    config = without(PRESETS[name], key)
+    resolved = resolve_config(config)
+    [warning] = [w for w in resolved.warnings if w.code == "model_type_default"]
+    assert warning.evidence["filled"] == {key: value}
+    assert "model_type_default" not in {w.code for w in resolve_config(PRESETS[name]).warnings}
+    index = next(layer.layer for layer in resolved.layers if layer.method is not None)
+    layer = resolved.layers[index]
+    assert layer.rotary_dim == int(value * layer.head_dim)
+    text = hf_text(config)  # transformers from the same stripped config
+    positions = probe_positions(layer, config)
+    q, k = draw(layer, len(positions), 3)
+    ours_q, _ = posenc_rotate({"config": config, "layer": index}, q, k, positions)
+    expected_q, _ = hf_half(text, layer, q, k, positions)
+    assert_within(ours_q, expected_q, tolerance(layer, q, positions))
+    whole = resolve_config({**config, key: 1.0}).layers[index]  # the port's reading: every pair rotates
+    wrong_q, _ = posenc_rotate({"config": {**config, key: 1.0}, "layer": index}, q, k, positions)
+    assert whole.rotary_dim == layer.head_dim
+    assert float((wrong_q - expected_q.double()).abs().max()) > 0.1
+
+
+def test_qwen3_next_without_its_interval_keeps_the_linear_layers_nope_and_the_doctor_says_so() -> None:
+    """Qwen3NextConfig fills full_attention_interval 4 when config.json has neither it nor layer_types; a reader
+    without that default gives all 48 layers full attention with RoPE (the linear layers rotated)."""
+    config = without(PRESETS["qwen3-next-80b-a3b"], "full_attention_interval")
+    resolved = resolve_config(config)
+    [warning] = [w for w in resolved.warnings if w.code == "model_type_default"]
+    assert warning.evidence["filled"] == {"full_attention_interval": 4}
+    text = hf_text(config)
+    assert [layer.layer_type for layer in resolved.layers] == list(text.layer_types)
+    assert sum(layer.method is not None for layer in resolved.layers) == 12
+    wrong = resolve_config({**config, "layer_types": ["full_attention"] * 48})  # the port's reading
+    assert sum(layer.method is not None for layer in wrong.layers) == 48
+    assert [layer.layer_type for layer in wrong.layers] != list(text.layer_types)
+
+
+def test_glm45_in_interleaved_pairs_is_what_the_compare_probe_finds() -> None:
+    """GLM-4.5 (glm4_moe) rotates in halves (rotate_half, checked against transformers above), unlike GLM-4's dense
+    models and GLM-5's MLA, which interleave: a port that carries the interleaving over is a different rotation
+    from position 1."""
+    layer = resolve_config(PRESETS["glm-4.5"]).layers[0]
+    assert (layer.pairing, layer.rotary_slice) == ("half", (0, 64))
+    right = RotarySetup.from_layer(layer)
+    wrong = RotarySetup(layer.method or "", layer.params, layer.rotary_dim, "interleaved")
+    report = compare(right, wrong, max_position=8)
+    assert report.first_angle_divergence is None  # the same frequencies ...
+    assert report.first_logit_divergence == 1  # ... on other feature pairs
+
+
+def test_olmo3_scales_its_full_attention_layers_only_as_transformers_does() -> None:
+    config = PRESETS["olmo-3-7b"]
+    resolved = resolve_config(config)
+    text = hf_text(config)
+    assert text.rope_parameters["sliding_attention"]["rope_type"] == "default"
+    assert [layer.layer_type for layer in resolved.layers] == list(text.layer_types)
+    sliding, full = resolved.layers[0], resolved.layers[3]
+    assert (sliding.window, sliding.attention_scale, sliding.params) == (4096, 1.0, {"base": 500000})
+    assert full.params["attention_factor"] == full.attention_scale == 1.2079441541679836
+    assert [w.code for w in resolved.warnings] == ["static_yarn"]
+
+
+def test_olmo3_with_yarn_on_its_sliding_layers_is_warned_about_and_found_by_the_compare_probe() -> None:
+    """transformers 5.2.0 (and any reader of a flat rope dict) gave Olmo 3's sliding layers the YaRN of its full
+    layers: the doctor warns of the per-layer-type config that says so, and the compare probe sees the angles part
+    where YaRN interpolates and the logits at position 0 (the attention factor on cos and sin)."""
+    rope = {**PRESETS["olmo-3-7b"]["rope_scaling"], "rope_theta": 500000.0}
+    config = {
+        **without(PRESETS["olmo-3-7b"], "rope_scaling", "rope_theta"),
+        "rope_parameters": {"full_attention": rope, "sliding_attention": rope},
+    }
+    resolved = resolve_config(config)
+    [warning] = [w for w in resolved.warnings if w.code == "sliding_layers_scaled"]
+    assert warning.layers == [index for index in range(32) if index % 4 != 3]
+    right = RotarySetup.from_layer(resolve_config(PRESETS["olmo-3-7b"]).layers[0])
+    report = compare(right, RotarySetup.from_layer(resolved.layers[0]), max_position=64)
+    assert report.first_angle_divergence is not None
+    assert report.first_logit_divergence == 0
+
+
+def test_olmo3_attention_factor_forwarded_as_a_multiplier_is_found_by_the_compare_probe() -> None:
+    """Olmo 3's attention_factor (1.2079…) is exactly YaRN's default 0.1·ln 8 + 1, so a port that ignores it is right
+    by coincidence; one that forwards it as vLLM's / EasyDeL's attn_factor multiplies its own default mscale by it
+    (cos and sin × 1.2079²): the compare probe sees the logits part at position 0."""
+    layer = resolve_config(PRESETS["olmo-3-7b"]).layers[3]
+    right = RotarySetup.from_layer(layer)
+    ignored = RotarySetup(right.method, without(dict(layer.params), "attention_factor"), layer.rotary_dim)
+    assert compare(right, ignored, max_position=64).first_logit_divergence is None
+    factor = layer.params["attention_factor"]
+    squared = RotarySetup(right.method, {**layer.params, "attention_factor": factor * factor}, layer.rotary_dim)
+    report = compare(right, squared, max_position=64)
+    assert report.first_angle_divergence is None
+    assert report.first_logit_divergence == 0
+
+
+def test_olmo3_without_rope_theta_resolves_its_own_default_base() -> None:
+    """Olmo3Config's default_theta is 5e5, not 1e4: a config without rope_theta is resolved so, with a warning."""
+    config = without(PRESETS["olmo-3-7b"], "rope_theta")
+    resolved = resolve_config(config)
+    [warning] = [w for w in resolved.warnings if w.code == "model_type_default"]
+    assert warning.evidence["filled"] == {"rope_theta": 500000.0}
+    text = hf_text(config)
+    for index in (0, 3):
+        expected = text.rope_parameters[resolved.layers[index].layer_type]["rope_theta"]
+        assert resolved.layers[index].params["base"] == expected == 500000.0
+
+
+def test_gpt_oss_notes_its_sinks_and_rotates_without_truncating_the_yarn_range() -> None:
+    """Every gpt-oss layer adds a learned sink logit per head to its softmax (transformers' GptOssAttention.sinks):
+    noted on each layer. Its YaRN keeps the correction range unrounded (truncate false); the rounded range is
+    another rotation, which the compare probe finds."""
+    config = PRESETS["gpt-oss-20b"]
+    resolved = resolve_config(config)
+    module = hf_module(hf_text(config))
+    with torch.device("meta"):
+        attention = module.GptOssAttention(hf_text(config), layer_idx=0)
+    assert tuple(attention.sinks.shape) == (config["num_attention_heads"],)
+    assert all(layer.notes and "sink" in layer.notes[0] for layer in resolved.layers)
+    assert all(not layer.notes for layer in resolve_config(PRESETS["olmo-3-7b"]).layers)
+    assert "notes" in resolved.layers[0].to_json()
+    layer = resolved.layers[1]
+    assert layer.params["truncate"] is False
+    rounded = RotarySetup(layer.method or "", {**layer.params, "truncate": True}, layer.rotary_dim)
+    assert compare(RotarySetup.from_layer(layer), rounded, max_position=8192).first_angle_divergence is not None
+
+
+def test_kimi_linear_rotates_nothing_as_its_transformers_code() -> None:
+    """Kimi Linear: KDA linear-attention layers and 7 MLA layers (1-based full_attn_layers) with mla_use_nope: no
+    layer rotates (transformers' KimiLinear has no rotary embedding), the MLA softmax scale is (128 + 64)^-1/2."""
+    config = PRESETS["kimi-linear-48b-a3b"]
+    resolved = resolve_config(config)
+    text = hf_text(config)
+    module = hf_module(text)
+    assert [layer.layer_type for layer in resolved.layers] == list(text.layer_types)
+    assert [layer.layer for layer in resolved.layers if layer.layer_type == "full_attention"] == [
+        3,
+        7,
+        11,
+        15,
+        19,
+        23,
+        26,
+    ]
+    assert not [name for name in dir(module) if name.endswith("RotaryEmbedding")]
+    assert all(layer.method is None for layer in resolved.layers)
+    with torch.device("meta"):
+        attention = module.KimiLinearAttention(text, layer_idx=3)
+    assert resolved.layers[3].softmax_scale == pytest.approx(attention.scaling, rel=1e-12)
+    assert not resolved.warnings
+
+
+def test_kimi_linear_mla_layers_given_rope_are_what_the_doctor_warns_about() -> None:
+    """A Kimi Linear config without mla_use_nope (or false) rotates the MLA layers' rope part as vLLM does; the
+    model's own code never does: the doctor warns, on exactly the MLA layers."""
+    config = without(PRESETS["kimi-linear-48b-a3b"], "mla_use_nope")
+    resolved = resolve_config(config)
+    mla = [layer.layer for layer in resolved.layers if layer.layer_type == "full_attention"]
+    [warning] = [w for w in resolved.warnings if w.code == "mla_rope_in_nope_model"]
+    assert warning.layers == mla
+    assert all(resolved.layers[index].method is not None for index in mla)
+    assert warning.evidence["model_code"] == "NoPE"
