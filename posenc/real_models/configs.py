@@ -45,6 +45,7 @@ from posenc.real_models.config_fields import (
     check_json_value,
     read,
 )
+from posenc.real_models.presets import config_or_preset
 
 DEFAULT_THETA = 10000.0  # what Hugging Face and vLLM assume when a config names no rope_theta
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
@@ -537,12 +538,12 @@ def resolve_config(config: Mapping[str, Any]) -> ResolvedConfig:
         return _resolve_text(top, text)
 
 
-def config_layer(config: Mapping[str, Any], layer: int) -> LayerRope:
-    """Layer ``layer`` of the model ``config`` describes, resolved: the one place a config and a layer index
-    become one layer's setup (``/v1/rotary``, ``/v1/rope/*``, the doctor). Errors at ("config", …) for the
-    config and ("layer",) for an index past its layers."""
+def config_layer(config: Mapping[str, Any] | str, layer: int) -> LayerRope:
+    """Layer ``layer`` of the model ``config`` describes (a config, or a preset's name), resolved: the one place a
+    config and a layer index become one layer's setup (``/v1/rotary``, ``/v1/rope/*``, the doctor). Errors at
+    ("config", …) for the config and ("layer",) for an index past its layers."""
     with located(("config",)):
-        layers = resolve_config(config).layers
+        layers = resolve_config(config_or_preset(config)).layers
     if not 0 <= layer < len(layers):
         raise InvalidInput(("layer",), f"the config has {len(layers)} layers, so at most {len(layers) - 1}")
     return layers[layer]
@@ -942,13 +943,14 @@ def _canonical_rope(block: Any, loc: Loc) -> dict[str, Any]:
     return converted
 
 
-def convert_config(config: Mapping[str, Any], to: str) -> dict[str, Any]:
+def convert_config(config: Mapping[str, Any] | str, to: str) -> dict[str, Any]:
     """The same model config in another dialect: ``"v5"`` (Hugging Face v5: ``rope_parameters`` holding
     ``rope_theta`` and ``partial_rotary_factor``, one dict per layer type when the layer types differ) or ``"v4"``
     (``rope_scaling`` next to a top-level ``rope_theta``; Gemma 3's sliding θ as ``rope_local_base_freq``).
     vLLM's rope-type spellings become Hugging Face's. Resolving the result gives the same layers."""
     if to not in ("v4", "v5"):
         raise InvalidInput(("to",), f"must be 'v4' or 'v5', got {to!r}")
+    config = config_or_preset(config)
     resolved = resolve_config(config)  # refuses what cannot be read, before anything is rewritten
     converted = dict(config)
     text = dict(text_config(config))

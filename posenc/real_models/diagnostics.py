@@ -116,7 +116,7 @@ def rotation(
     params: Mapping[str, Any],
     rotary_dim: int,
     pairing: Pairing | None,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | str | None = None,
     layer: int | None = None,
 ) -> RotarySetup:
     """The one way a request's rotation is resolved: a method with its params, rotated features and pairing (None:

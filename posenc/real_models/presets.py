@@ -8,7 +8,11 @@ Hugging Face v4 ``rope_scaling`` for most, ``text_config`` nesting for the multi
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from typing import Any
+
+from posenc.errors import InvalidInput
 
 
 class UnknownPresetError(KeyError):
@@ -18,8 +22,15 @@ class UnknownPresetError(KeyError):
         super().__init__(name)
         self.name = name
 
+    @property
+    def close_names(self) -> list[str]:
+        """Preset names close to the one asked for, best first."""
+        return difflib.get_close_matches(self.name, list(PRESETS), n=3, cutoff=0.5)
+
     def __str__(self) -> str:
-        return f"unknown preset {self.name!r}; GET /v1/models lists the {len(PRESETS)} presets"
+        close = self.close_names
+        hint = f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
+        return f"unknown preset {self.name!r}{hint}; GET /v1/models lists the {len(PRESETS)} presets"
 
 
 def get_preset(name: str) -> dict[str, Any]:
@@ -27,6 +38,17 @@ def get_preset(name: str) -> dict[str, Any]:
     if name not in PRESETS:
         raise UnknownPresetError(name)
     return PRESETS[name]
+
+
+def config_or_preset(value: Mapping[str, Any] | str) -> Mapping[str, Any]:
+    """A config given as itself, or by a preset's name (wherever the API takes a config); an unknown name is
+    ``InvalidInput`` at () naming the close ones."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return get_preset(value)
+    except UnknownPresetError as exc:
+        raise InvalidInput((), str(exc)) from None
 
 
 _GEMMA3_TEXT = {

@@ -234,7 +234,7 @@ def serving_layer(
     params: Mapping[str, Any],
     rotary_dim: int,
     pairing: Pairing | None,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | str | None = None,
     layer: int | None = None,
     *,
     heads: int = 4,

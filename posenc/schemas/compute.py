@@ -127,6 +127,11 @@ class BiasRequest(_Request):
         return default_query_offset(self.query_offset, self.resolved_query_length, self.resolved_key_length)
 
 
+# A model's config.json, or a preset's name (GET /v1/models): wherever the API takes a config.
+PresetName = Annotated[str, Field(min_length=1, max_length=128, description="a preset's name (GET /v1/models)")]
+ConfigOrPreset = dict[str, Any] | PresetName
+
+
 class RotaryRequest(_Request):
     """``POST /v1/rotary``: rotate q and k of shape (B, H, N, D) by their positions, with a method and params or
     with a model's config and a layer index."""
@@ -134,10 +139,10 @@ class RotaryRequest(_Request):
     method: str | None = Field(  # type: ignore[assignment]
         default=None, description="registered rotary method, see GET /v1/methods; or give config and layer"
     )
-    config: dict[str, Any] | None = Field(
+    config: ConfigOrPreset | None = Field(
         default=None,
-        description="a model's config.json (any dialect POST /v1/models/resolve reads), in place of method and "
-        "params: the layer's method, params, rotated slice and pairing come from it",
+        description="a model's config.json (any dialect POST /v1/models/resolve reads) or a preset's name, in place "
+        "of method and params: the layer's method, params, rotated slice and pairing come from it",
     )
     layer: int | None = Field(default=None, ge=0, le=1023, description="with config: the layer index")
     q: TensorIn

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from posenc.schemas.compute import ConfigOrPreset
+
 MAX_SEGMENT_TOKENS = 1 << 20
 
 
@@ -47,7 +49,7 @@ class PositionIdsResponse(BaseModel):
 
 
 class ConvertRequest(_Strict):
-    config: dict[str, Any]
+    config: ConfigOrPreset
     to: Literal["v4", "v5"] = Field(description="Hugging Face v4 (rope_scaling) or v5 (rope_parameters)")
 
 
@@ -70,7 +72,7 @@ class SetupIn(_Strict):
     pairing: Literal["half", "interleaved"] | None = Field(
         default=None, description="half or interleaved; default the method's own (GET /v1/methods: pairings)"
     )
-    config: dict[str, Any] | None = Field(default=None, description="a model's config.json, with layer")
+    config: ConfigOrPreset | None = Field(default=None, description="a model's config.json or a preset's name")
     layer: int | None = Field(default=None, ge=0, le=1023)
 
     @model_validator(mode="after")
@@ -131,7 +133,7 @@ class PermutationResponse(BaseModel):
 
 
 class TemperatureRequest(_Strict):
-    config: dict[str, Any] = Field(description="a model's config.json")
+    config: ConfigOrPreset = Field(description="a model's config.json or a preset's name")
     layer: int = Field(ge=0, le=1023)
     length: int = Field(ge=1, le=1 << 20, description="positions offset ... offset + length - 1")
     offset: int = Field(default=0, ge=0, le=1 << 40, description="the first position (tokens already cached)")

@@ -239,3 +239,25 @@ def test_resolve_answers_the_engine_notes_with_their_sources(client: TestClient)
     assert all(url.startswith("https://github.com/") for url in codes["mla_mscale_softmax"]["sources"])
     plain = client.post("/v1/models/resolve", json={"preset": "qwen3-8b"}).json()
     assert plain["engine_notes"] == []
+
+
+def test_a_preset_name_works_wherever_a_config_does(client: TestClient) -> None:
+    """ "config": "llama-3.1-8b" on /v1/rotary, the /v1/rope setups, the temperature and convert: the preset's
+    config; a misspelt one is a 422 at the field naming the close presets."""
+    q = {"random": {"shape": [1, 2, 4, 64], "seed": 0}}
+    by_name = client.post("/v1/rotary", json={"config": "llama-3.2-1b", "layer": 0, "q": q, "k": q})
+    assert by_name.status_code == 200, by_name.text
+    config = PRESETS["llama-3.2-1b"]
+    by_dict = client.post("/v1/rotary", json={"config": config, "layer": 0, "q": q, "k": q})
+    assert by_name.json()["tensors"]["q"] == by_dict.json()["tensors"]["q"]
+    setup = {"config": "gemma-3-4b", "layer": 5}
+    assert client.post("/v1/rope/frequencies", json={"setup": setup, "train_length": 1024}).status_code == 200
+    assert client.post(
+        "/v1/rope/temperature", json={"config": "llama-4-scout-17b-16e", "layer": 3, "length": 4}
+    ).json()["applies"]
+    converted = client.post("/v1/models/convert", json={"config": "llama-3.1-8b", "to": "v5"})
+    assert converted.json()["config"]["rope_parameters"]["rope_type"] == "llama3"
+    typo = client.post("/v1/rotary", json={"config": "llama-3.1-8", "layer": 0, "q": q, "k": q})
+    assert typo.status_code == 422
+    assert typo.json()["errors"][0]["loc"] == ["body", "config"]
+    assert "did you mean 'llama-3.1-8b'" in typo.json()["detail"]

@@ -18,6 +18,14 @@ JSON_ACCEPT = {"Accept": "application/json"}
 ConfigSource = str | Path | Mapping[str, Any]
 
 
+def config_or_preset(config: ConfigSource) -> dict[str, Any] | str:
+    """What the API takes for a config: a mapping or a config.json path (read here) as the config, or any other
+    string (no such file, not ending in .json) as a preset's name (GET /v1/models), which the server looks up."""
+    if isinstance(config, str) and not config.endswith(".json") and not Path(config).exists():
+        return config
+    return read_config(config)
+
+
 def read_config(config: ConfigSource) -> dict[str, Any]:
     """A config as a dict: a mapping as is, a path (str or Path) read as JSON (a config.json)."""
     if isinstance(config, Mapping):
@@ -42,7 +50,7 @@ def _get_request(name: str) -> HTTPRequest:
 
 
 def _convert_request(config: ConfigSource, to: str) -> HTTPRequest:
-    body = {"config": read_config(config), "to": to}
+    body = {"config": config_or_preset(config), "to": to}
     return HTTPRequest(method="POST", path="/v1/models/convert", headers=JSON_ACCEPT, json_body=body)
 
 

@@ -12,7 +12,7 @@ from posenc_client._transport import HTTPRequest
 from posenc_client._uploads import TensorArg, build_body
 from posenc_client.resources._base import AsyncResource, SyncResource
 from posenc_client.resources._compute import SAFETENSORS, compute_request, grid_json, params_or_empty
-from posenc_client.resources.models import ConfigSource, read_config
+from posenc_client.resources.models import ConfigSource, config_or_preset
 
 FloatDType = Literal["float32", "float64", "bfloat16", "float16"]
 
@@ -45,7 +45,7 @@ def _rotary_request(
     fields = {
         "method": method if config is not None or method is not None else "rope",
         "params": None if config is not None else params_or_empty(params),
-        "config": None if config is None else read_config(config),
+        "config": None if config is None else config_or_preset(config),
         "layer": layer,
         "grid": grid_json(grid),
         "prefix_tokens": prefix_tokens or None,
@@ -103,9 +103,10 @@ class Rotary(SyncResource):
 
         ``prefix_tokens`` (with a grid): tokens before the grid's (CLS, registers), not rotated (identity).
 
-        ``method`` (default ``"rope"``) and ``params``, or a model's ``config`` (a config.json path or its dict)
-        and ``layer``: that layer's method, params, rotated slice and pairing, as ``client.models.resolve``
-        reports them. ``pairing`` defaults to the method's own (half, rotate_half, for all but the block rotations).
+        ``method`` (default ``"rope"``) and ``params``, or a model's ``config`` (a config.json path, its dict or a
+        preset's name) and ``layer``: that layer's method, params, rotated slice and pairing, as
+        ``client.models.resolve`` reports them. ``pairing`` defaults to the method's own (half, rotate_half, for
+        all but the block rotations).
         """
         request = _rotary_request(
             q,
