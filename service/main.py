@@ -25,9 +25,11 @@ from posenc.schemas.compute import AttentionRequest, RotaryRequest
 from posenc.settings import Settings, get_settings
 from service.docs import install_offline_docs
 from service.errors import install_error_handlers
+from service.examples import document_examples
 from service.limits import BodySizeLimit, ComputeSlots, KeyRing, RateLimiter, authenticate
 from service.metrics import Metrics, MetricsMiddleware
 from service.openapi import document_problems
+from service.page import install_page
 from service.routers import compute, health, jobs, methods, models, rope
 
 EXPOSED_HEADERS = [
@@ -78,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     install_offline_docs(app)
+    install_page(app)  # the browser page at /: static files; its API calls go through /v1 like any client's
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.rate_limiter = rate_limiter
@@ -133,6 +136,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             components.setdefault(name, definition)
         components.setdefault(model.__name__, model_schema)
     document_problems(schema)
+    document_examples(schema)
     return schema
 
 

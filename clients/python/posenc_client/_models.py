@@ -216,9 +216,23 @@ class ComputeJobSpec(BaseModel):
 
 
 class Config(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, min_length=1, title="Config")]
+    """
+    a preset's name (GET /v1/models)
+    """
+
+
+class Config1(RootModel[str]):
     root: Annotated[str, Field(max_length=128, title="Config")]
     """
     decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, temperature), its context lengths scaled to train.length and its spans a quarter of it, the shortest repeating unit of its layers tiled over the model's; give no method, params, pattern or layers with it
+    """
+
+
+class Config2(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, min_length=1, title="Config")]
+    """
+    a preset's name (GET /v1/models)
     """
 
 
@@ -245,7 +259,7 @@ class ConvertRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any], Field(title="Config")]
+    config: Annotated[dict[str, Any] | Config, Field(title="Config")]
     to: Annotated[Literal["v4", "v5"], Field(title="To")]
     """
     Hugging Face v4 (rope_scaling) or v5 (rope_parameters)
@@ -916,6 +930,10 @@ class LayerRopeOut(BaseModel):
     a registered rotary method, or null for a NoPE layer
     """
     mrope_section: Annotated[list[int] | None, Field(title="Mrope Section")] = None
+    notes: Annotated[list[str] | None, Field(title="Notes")] = None
+    """
+    what else about the layer's attention a port must keep (gpt-oss's sinks)
+    """
     pairing: Annotated[str, Field(title="Pairing")]
     """
     half (rotate_half) or interleaved
@@ -1074,7 +1092,7 @@ class MethodRef(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any] | Config | None, Field(title="Config")] = None
+    config: Annotated[dict[str, Any] | Config1 | None, Field(title="Config")] = None
     """
     decoders: a real model's config.json, or a preset's name (GET /v1/models): every layer gets the positional setup POST /v1/models/resolve gives it (method, θ, scaling, rotated share, NoPE, window, temperature), its context lengths scaled to train.length and its spans a quarter of it, the shortest repeating unit of its layers tiled over the model's; give no method, params, pattern or layers with it
     """
@@ -1424,9 +1442,9 @@ class RotaryRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    config: Annotated[dict[str, Any] | Config2 | None, Field(title="Config")] = None
     """
-    a model's config.json (any dialect POST /v1/models/resolve reads), in place of method and params: the layer's method, params, rotated slice and pairing come from it
+    a model's config.json (any dialect POST /v1/models/resolve reads) or a preset's name, in place of method and params: the layer's method, params, rotated slice and pairing come from it
     """
     dtype: Annotated[
         Literal["float32", "float64", "bfloat16", "float16"] | None,
@@ -1572,9 +1590,9 @@ class ServeSetupIn(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    config: Annotated[dict[str, Any] | Config2 | None, Field(title="Config")] = None
     """
-    a model's config.json, with layer
+    a model's config.json or a preset's name
     """
     layer: Annotated[Layer1 | None, Field(title="Layer")] = None
     method: Annotated[str | None, Field(title="Method")] = None
@@ -1603,9 +1621,9 @@ class SetupIn(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any] | None, Field(title="Config")] = None
+    config: Annotated[dict[str, Any] | Config2 | None, Field(title="Config")] = None
     """
-    a model's config.json, with layer
+    a model's config.json or a preset's name
     """
     layer: Annotated[Layer1 | None, Field(title="Layer")] = None
     method: Annotated[str | None, Field(title="Method")] = None
@@ -1729,9 +1747,9 @@ class TemperatureRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    config: Annotated[dict[str, Any], Field(title="Config")]
+    config: Annotated[dict[str, Any] | Config2, Field(title="Config")]
     """
-    a model's config.json
+    a model's config.json or a preset's name
     """
     layer: Annotated[int, Field(ge=0, le=1023, title="Layer")]
     length: Annotated[int, Field(ge=1, le=1048576, title="Length")]
