@@ -97,7 +97,12 @@ def _output_file(path: Path, artifact: str | None = None) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="posenc-client", description="Talk to a posenc gateway (POSENC_BASE_URL, POSENC_API_KEY)."
+        prog="posenc-client",
+        description="Talk to a posenc gateway (POSENC_BASE_URL, POSENC_API_KEY).",
+        epilog=f"exit status: 0 success; {EXIT_API_ERROR} the server answered with an error (its detail on stderr); "
+        f"{EXIT_USAGE} bad usage or a file that is not what the command expects (one line on stderr); "
+        f"{EXIT_CONNECTION} the server could not be reached; {EXIT_JOB} a waited-on job failed, was cancelled or "
+        "outlived --timeout",
     )
     parser.add_argument("--version", action="version", version=f"posenc-client {__version__}")
     parser.add_argument("--base-url", help="gateway URL (default $POSENC_BASE_URL or http://127.0.0.1:8000)")
