@@ -158,3 +158,19 @@ def test_readme_curl_example(server: str, tmp_path: Path, index: int) -> None:
     )
     assert result.returncode == 0, f"{example}\nstdout: {result.stdout[:2000]}\nstderr: {result.stderr}"
     CHECKS[index](result.stdout, tmp_path)
+
+
+def test_readme_python_safetensors_example(server: str, tmp_path: Path) -> None:
+    """The README's safetensors request from Python, run as written (the address pointed at the test server)."""
+    text = (ROOT / "README.md").read_text()
+    begin, end = "<!-- python-binary-example:begin -->", "<!-- python-binary-example:end -->"
+    [example] = re.findall(r"```python\n(.*?)```", text[text.index(begin) : text.index(end)], flags=re.DOTALL)
+    result = subprocess.run(
+        [sys.executable, "-c", example.replace(README_ADDRESS, server)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{'q': (1, 8, 2048, 64), 'k': (1, 8, 2048, 64)}"
