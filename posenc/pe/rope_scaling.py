@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from posenc.errors import InvalidInput
 from posenc.pe.ops import rope_inv_freq
@@ -170,7 +170,9 @@ class RopeYarnParams(MethodParams):
     factor: float = Field(ge=1, description=FACTOR_DESCRIPTION)
     original_max_position_embeddings: int = Field(ge=1, description=ORIGINAL_LENGTH_DESCRIPTION)
     beta_fast: float = Field(default=32.0, gt=0, description="rotations in L above which a pair is kept")
-    beta_slow: float = Field(default=1.0, gt=0, description="rotations in L below which a pair is scaled")
+    beta_slow: float = Field(
+        default=1.0, gt=0, validate_default=True, description="rotations in L below which a pair is scaled"
+    )
     attention_factor: float | None = Field(
         default=None, gt=0, description="explicit cos/sin multiplier; overrides every mscale rule"
     )
@@ -182,10 +184,21 @@ class RopeYarnParams(MethodParams):
     )
     truncate: bool = Field(default=True, description="floor/ceil the correction range (gpt-oss: False)")
 
+    @field_validator("beta_slow")
+    @classmethod
+    def _slow_not_above_fast(cls, beta_slow: float, info: ValidationInfo) -> float:
+        """β_fast ≥ β_slow (more rotations = higher frequency). Equal is a zero-width ramp, which the reference code
+        widens by 0.001 (Kimi K2 ships β_fast = β_slow = 1); located at beta_slow, the key a config names."""
+        beta_fast = info.data.get("beta_fast")
+        if beta_fast is not None and beta_fast < beta_slow:
+            raise ValueError(
+                f"must not exceed beta_fast ({beta_fast:g} < {beta_slow:g}): beta_fast counts the rotations of the "
+                "higher frequencies, where the ramp starts"
+            )
+        return beta_slow
+
     @model_validator(mode="after")
     def _consistent(self) -> RopeYarnParams:
-        if self.beta_fast <= self.beta_slow:
-            raise ValueError("beta_fast must be larger than beta_slow (more rotations = higher frequency)")
         if (self.mscale is None) != (self.mscale_all_dim is None):
             raise ValueError(
                 "give both mscale and mscale_all_dim (attention factor = get_mscale(s, mscale) / "

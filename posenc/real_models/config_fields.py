@@ -120,6 +120,15 @@ class TextFields(BaseModel):
     indexer_rope_interleave: bool | None = None  # the indexer's pairing (vLLM; absent: half)
     mla_use_nope: bool | None = None  # Kimi Linear / GLM-5: the MLA layers rotate nothing
     linear_attn_config: dict[str, Any] | None = None  # Kimi Linear: kda_layers / full_attn_layers (1-based)
+    # DeepSeek-V4: per-layer compression (0 sliding only, 4 compressed sparse, 128 heavily compressed; may list the
+    # MTP layers after the decoder's), the compressed layers' rates and their own rope_theta
+    compress_ratios: list[Annotated[int, Field(ge=0, le=MAX_POSITIONS)]] | None = Field(
+        default=None, max_length=2 * MAX_LAYERS
+    )
+    compress_rates: dict[Name, Length] | None = None
+    compress_rate_csa: Length | None = None
+    compress_rate_hca: Length | None = None
+    compress_rope_theta: Theta | None = None
 
     @field_validator("attn_temperature_tuning", mode="before")
     @classmethod

@@ -85,9 +85,12 @@ def method_keys(method: str) -> tuple[str, ...]:
 
 # model types whose rotary pairs are interleaved unless the config says rope_interleave: false (Llama 4 rotates
 # complex numbers made of adjacent features; DeepSeek's rope_interleave defaults to true)
+# (Kimi K2's config.json says model_type kimi_k2 for DeepSeek-V3's code: transformers' Kimi_K25Config reads its
+# text_config as deepseek_v3, rope_interleave true)
 INTERLEAVED_MODEL_TYPES = frozenset(
-    {"llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4"}
-)
+    {"llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "kimi_k2",
+     "kimi_k25"}
+)  # fmt: skip
 # model types whose sliding-window layers are trained unscaled (their own θ), whatever the global layers use
 SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo3"})
 # model types whose v4 rope_scaling is the full-attention layers' only: the sliding layers rotate unscaled at
@@ -98,10 +101,33 @@ FULL_ONLY_SCALING_MODEL_TYPES = frozenset({"olmo3"})
 # embedding), where vLLM rotates their rope part unless the config says mla_use_nope: true (Kimi Linear)
 NOPE_MLA_MODEL_TYPES = frozenset({"kimi_linear"})
 # model types whose attention adds a learned logit per head to the softmax denominator (gpt-oss's ``sinks``)
-ATTENTION_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
+ATTENTION_SINK_MODEL_TYPES = frozenset({"gpt_oss", "deepseek_v4"})
 ATTENTION_SINK_NOTE = (
     "attention sinks: a learned logit per head joins the softmax denominator (no value, no position), so the real "
     "keys' weights sum to less than 1; the rotation of q and k is unaffected"
+)
+# DeepSeek-V4 (transformers' DeepseekV4Config and modeling_deepseek_v4): its rope parameters are keyed by regime, not
+# by layer type. "main" rotates the sliding-window-only layers (plain RoPE at rope_theta); "compress" rotates every
+# other layer's queries and keys, its compressor's compressed keys and its indexer's (compress_rope_theta with the
+# config's rope_scaling, whose YaRN gets attention_factor 1 unless the config gives one). Each head rotates its
+# trailing partial_rotary_factor·head_dim features (qk_rope_head_dim) in interleaved pairs.
+REGIME_MODEL_TYPES = frozenset({"deepseek_v4"})
+MAIN_REGIME, COMPRESS_REGIME = "main", "compress"
+COMPRESSED_SPARSE, HEAVILY_COMPRESSED = "compressed_sparse_attention", "heavily_compressed_attention"
+V4_LAYER_TYPES = (SLIDING, COMPRESSED_SPARSE, HEAVILY_COMPRESSED)
+V4_RATIO_TYPES = {0: SLIDING, 4: COMPRESSED_SPARSE, 128: HEAVILY_COMPRESSED}  # compress_ratios' values (transformers)
+V4_DEFAULT_RATES = {COMPRESSED_SPARSE: 4, HEAVILY_COMPRESSED: 128}
+V4_COMPRESS_THETA = 160000.0  # DeepseekV4Config's compress_rope_theta
+V4_ROPE_FRACTION = 64 / 512  # DeepseekV4Config's default partial_rotary_factor (qk_rope_head_dim / head_dim)
+V4_INDEX_HEAD_DIM = 128  # DeepseekV4Config's index_head_dim
+V4_UNIT_FACTOR_ROPE_TYPE = "yarn"  # the flat compress rope dict DeepseekV4Config gives attention_factor 1.0
+V4_KEY_IS_VALUE_NOTE = (
+    "keys are values (one shared KV head): the value picked up the key's rotation, so the attention output's "
+    "rotated features are turned back by the query's position (cos, -sin) before the output projection"
+)
+V4_COMPRESSED_NOTE = (
+    "besides the last sliding_window raw keys, attends to compressed keys, one per compress_rate tokens: entry i "
+    "is rotated like the layer's keys at position i·compress_rate (the first token of its window)"
 )
 # what a model type's own config class (transformers) fills in where config.json leaves the key out; a reader of
 # config.json alone falls back to GENERIC_FALLBACKS and rotates something else (the "kwargs.setdefault" defaults of
@@ -162,6 +188,9 @@ class LayerRope:
     shared_key_rope: bool = False  # MLA: one rotated key part for all heads
     indexer: LayerRope | None = None  # DeepSeek-V3.2 / GLM-5: the sparse-attention indexer's own rotation
     notes: list[str] = field(default_factory=list)  # what else the layer's attention does (gpt-oss's sinks)
+    # DeepSeek-V4's compressed layers (and their indexer): besides the raw keys, compressed keys, one per
+    # compress_rate tokens, entry i rotated by this same setup at position i·compress_rate
+    compress_rate: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -395,6 +424,7 @@ class _Method:
     origins: dict[str, Loc]
     section: list[int] | None
     default_theta: bool = False  # no rope_theta anywhere: the base is DEFAULT_THETA
+    loc: Loc = ()  # the rope dict it was read from (where a refusal of the params together is reported)
 
 
 def _method_params(block: _Block, text: TextFields) -> _Method:
@@ -451,7 +481,9 @@ def _method_params(block: _Block, text: TextFields) -> _Method:
             params |= spec.config_values(rope.given) if spec.config_values is not None else {}
             break
     section = rope.mrope_section
-    return _Method(method, params, origins, None if section is None else list(section), default_theta=theta_loc == loc)
+    return _Method(
+        method, params, origins, None if section is None else list(section), default_theta=theta_loc == loc, loc=loc
+    )
 
 
 def _scaled(method: _Method) -> bool:
@@ -498,12 +530,14 @@ def rope_frequencies(method: str, params: Mapping[str, Any], rotary_dim: int, se
 
 def _attention_scale(method: _Method, rotary_dim: int) -> float:
     """The factor on cos and sin as the method computes it; a param the method refuses is reported at the config
-    key it was read from."""
+    key it was read from, and a refusal of the params together (a method's model validator) at the rope dict."""
     try:
         return float(rope_frequencies(method.name, method.params, rotary_dim).attention_scale)
     except InvalidInput as exc:
-        param = exc.loc[1] if len(exc.loc) > 1 and exc.loc[0] == "params" else None
-        where = method.origins.get(str(param)) if param is not None else None
+        if not exc.loc or exc.loc[0] != "params":
+            raise
+        param = exc.loc[1] if len(exc.loc) > 1 else None
+        where = method.origins.get(str(param), method.loc) if param is not None else method.loc
         raise InvalidInput(where or exc.loc, exc.msg) from None
 
 
@@ -551,6 +585,8 @@ def config_layer(config: Mapping[str, Any] | str, layer: int) -> LayerRope:
 
 def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     model_type = text.model_type if text.model_type is not None else top.model_type
+    if model_type in REGIME_MODEL_TYPES:
+        return _resolve_regimes(text, model_type)
     heads = _required(text.num_attention_heads, "num_attention_heads")
     layers = _required(text.num_hidden_layers, "num_hidden_layers")
     if text.head_dim is not None:
@@ -672,6 +708,159 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
             )
         )
     warnings.extend(_pattern_warnings(text, model_type, resolved, nested))
+    return ResolvedConfig(model_type=model_type, layers=resolved, warnings=warnings)
+
+
+# ---------------------------------------------------------------------------------------------- DeepSeek-V4
+@dataclass(frozen=True)
+class _Regime:
+    """One of DeepSeek-V4's rope regimes: its method and params, and the trailing features it rotates."""
+
+    method: _Method
+    fraction: float  # of head_dim (partial_rotary_factor as read)
+    rotary_dim: int
+    attention_scale: float
+
+
+def _v4_layer_types(text: TextFields, layers: int) -> list[str]:
+    """``layer_types``, else ``compress_ratios`` (0, 4, 128 per layer; entries past the decoder's layers are the MTP
+    layers', which transformers drops)."""
+    if text.layer_types is not None:
+        if len(text.layer_types) != layers:
+            raise InvalidInput(("layer_types",), f"must list one attention type per layer ({layers})")
+        for index, kind in enumerate(text.layer_types):
+            if kind not in V4_LAYER_TYPES:
+                raise InvalidInput(("layer_types", index), f"{kind!r} is not one of {list(V4_LAYER_TYPES)}")
+        return list(text.layer_types)
+    ratios = text.compress_ratios
+    if ratios is None:
+        raise InvalidInput(
+            ("compress_ratios",),
+            "is required (or layer_types): which layers attend to compressed keys decides their rotation, and "
+            "transformers' DeepseekV4Config would fill in another model's schedule (V4-Pro's)",
+        )
+    if len(ratios) < layers:
+        raise InvalidInput(("compress_ratios",), f"must give one ratio per layer ({layers}), got {len(ratios)}")
+    for index, ratio in enumerate(ratios[:layers]):
+        if ratio not in V4_RATIO_TYPES:
+            raise InvalidInput(
+                ("compress_ratios", index),
+                f"is {ratio}: each layer's is 0 (sliding window only), 4 (compressed sparse) or 128 (heavily "
+                "compressed), as transformers reads them",
+            )
+    return [V4_RATIO_TYPES[ratio] for ratio in ratios[:layers]]
+
+
+def _v4_rates(text: TextFields) -> dict[str, int]:
+    rates = dict(V4_DEFAULT_RATES)
+    rates |= {kind: rate for kind, rate in (text.compress_rates or {}).items() if kind in rates}
+    if text.compress_rate_csa is not None:
+        rates[COMPRESSED_SPARSE] = text.compress_rate_csa
+    if text.compress_rate_hca is not None:
+        rates[HEAVILY_COMPRESSED] = text.compress_rate_hca
+    return rates
+
+
+def _v4_regimes(text: TextFields, head_dim: int) -> tuple[dict[str, _Regime], bool]:
+    """The "main" and "compress" regimes as DeepseekV4Config builds them, and whether the config nests them.
+
+    Nested (``rope_parameters: {"main": {...}, "compress": {...}}``, as transformers saves it): each dict as it is,
+    partial_rotary_factor 1 where it says none. Flat (the published ``rope_scaling`` next to ``rope_theta`` and
+    ``compress_rope_theta``): main is plain RoPE at rope_theta; compress is the rope dict at compress_rope_theta
+    (the dict's own rope_theta is not read), its YaRN with attention_factor 1 unless given; both rotate
+    partial_rotary_factor (else qk_rope_head_dim / head_dim, else 64 / 512) of each head."""
+    source = "rope_parameters" if text.rope_parameters is not None else "rope_scaling"
+    given: Mapping[str, Any] = getattr(text, source) or {}
+    nested = isinstance(given.get(MAIN_REGIME), Mapping) and isinstance(given.get(COMPRESS_REGIME), Mapping)
+    blocks: dict[str, tuple[_Block, float, Loc]] = {}
+    if nested:
+        for regime in (MAIN_REGIME, COMPRESS_REGIME):
+            loc: Loc = (source, regime)
+            fields = read(RopeFields, given[regime], loc)
+            if fields.rope_theta is None:
+                raise InvalidInput((*loc, "rope_theta"), f"is required: the {regime} regime's base (transformers)")
+            fraction = fields.partial_rotary_factor if fields.partial_rotary_factor is not None else 1.0
+            blocks[regime] = (_Block(fields, loc), fraction, (*loc, "partial_rotary_factor"))
+    else:
+        flat = {key: value for key, value in given.items() if key not in (MAIN_REGIME, COMPRESS_REGIME)}
+        fields = read(RopeFields, flat, (source,))
+        if text.partial_rotary_factor is not None:
+            fraction, fraction_loc = text.partial_rotary_factor, ("partial_rotary_factor",)
+        elif text.qk_rope_head_dim is not None:
+            fraction, fraction_loc = text.qk_rope_head_dim / head_dim, ("qk_rope_head_dim",)
+        else:
+            fraction, fraction_loc = V4_ROPE_FRACTION, ("head_dim",)
+        theta = text.compress_rope_theta if text.compress_rope_theta is not None else V4_COMPRESS_THETA
+        update: dict[str, Any] = {"rope_theta": theta}
+        if HF_ROPE_TYPES.get(fields.kind, fields.kind) == V4_UNIT_FACTOR_ROPE_TYPE and fields.attention_factor is None:
+            update["attention_factor"] = 1.0
+        theta_loc = ("compress_rope_theta",) if text.compress_rope_theta is not None else (source,)
+        main = _Block(RopeFields(rope_type="default"), (source,))
+        blocks[MAIN_REGIME] = (main, fraction, fraction_loc)
+        blocks[COMPRESS_REGIME] = (
+            _Block(fields.model_copy(update=update), (source,), theta_loc),
+            fraction,
+            fraction_loc,
+        )
+    regimes: dict[str, _Regime] = {}
+    for regime, (block, fraction, where) in blocks.items():
+        method = _method_params(block, text)
+        rotary_dim = int(head_dim * fraction)
+        rotary_dim += rotary_dim % 2  # (inv_freq over arange(0, dim, 2): an odd width rotates one more feature)
+        if not 2 <= rotary_dim <= head_dim:
+            raise InvalidInput(where, f"gives {rotary_dim} rotated features of a {head_dim}-dim head")
+        regimes[regime] = _Regime(method, fraction, rotary_dim, _attention_scale(method, rotary_dim))
+    return regimes, nested
+
+
+def _resolve_regimes(text: TextFields, model_type: str | None) -> ResolvedConfig:
+    """DeepSeek-V4: each layer rotates with the regime of its layer type (sliding: main; compressed sparse and
+    heavily compressed: compress), over the trailing rotated features of its head_dim-wide heads, interleaved;
+    the compressed layers' compressed keys with the same rotation at i·compress_rate (``compress_rate``), and the
+    compressed sparse layers' indexer (``indexer``) with the compress regime over its index_head_dim features."""
+    layers = _required(text.num_hidden_layers, "num_hidden_layers")
+    head_dim = _required(text.head_dim, "head_dim")  # (transformers' default 512 is not derived from the sizes)
+    types = _v4_layer_types(text, layers)
+    rates = _v4_rates(text)
+    regimes, nested = _v4_regimes(text, head_dim)
+    index_dim = text.index_head_dim if text.index_head_dim is not None else V4_INDEX_HEAD_DIM
+    scale, source = head_dim**-0.5, "head_dim ** -0.5"
+
+    def setup(index: int, layer_type: str, regime: _Regime, width: int, **extra: Any) -> LayerRope:
+        return LayerRope(
+            layer=index,
+            layer_type=layer_type,
+            method=regime.method.name,
+            params=dict(regime.method.params),
+            head_dim=width,
+            rotary_dim=regime.rotary_dim,
+            rotary_slice=(width - regime.rotary_dim, width),
+            pairing="interleaved",
+            attention_scale=regime.attention_scale,
+            **extra,
+        )
+
+    resolved: list[LayerRope] = []
+    for index, layer_type in enumerate(types):
+        notes = [ATTENTION_SINK_NOTE, V4_KEY_IS_VALUE_NOTE]
+        if layer_type == SLIDING:
+            layer = setup(index, layer_type, regimes[MAIN_REGIME], head_dim, softmax_scale=scale,
+                          softmax_scale_source=source, window=text.sliding_window, notes=notes)  # fmt: skip
+            resolved.append(layer)
+            continue
+        compress = regimes[COMPRESS_REGIME]
+        indexer = None
+        if layer_type == COMPRESSED_SPARSE:
+            if compress.rotary_dim > index_dim:
+                raise InvalidInput(
+                    ("index_head_dim",), f"is {index_dim}: the indexer rotates {compress.rotary_dim} of its features"
+                )
+            indexer = setup(index, layer_type, compress, index_dim, softmax_scale=index_dim**-0.5,
+                            softmax_scale_source="index_head_dim ** -0.5", compress_rate=rates[layer_type])  # fmt: skip
+        layer = setup(index, layer_type, compress, head_dim, softmax_scale=scale, softmax_scale_source=source,
+                      indexer=indexer, notes=[*notes, V4_COMPRESSED_NOTE], compress_rate=rates[layer_type])  # fmt: skip
+        resolved.append(layer)
+    warnings = _pattern_warnings(text, model_type, resolved, nested)
     return ResolvedConfig(model_type=model_type, layers=resolved, warnings=warnings)
 
 
@@ -955,10 +1144,46 @@ def convert_config(config: Mapping[str, Any] | str, to: str) -> dict[str, Any]:
     converted = dict(config)
     text = dict(text_config(config))
     with located(("text_config",) if "text_config" in config else ()):
-        text = _convert_v5(text, resolved) if to == "v5" else _convert_v4(text, resolved)
+        if resolved.model_type in REGIME_MODEL_TYPES:
+            text = _convert_regimes(text, to)
+        else:
+            text = _convert_v5(text, resolved) if to == "v5" else _convert_v4(text, resolved)
     if "text_config" in config:
         converted["text_config"] = text
         return converted
+    return text
+
+
+def _convert_regimes(text: dict[str, Any], to: str) -> dict[str, Any]:
+    """DeepSeek-V4: v5 nests the two regimes' rope dicts (``rope_parameters: {"main": ..., "compress": ...}``, each
+    with its rope_theta and partial_rotary_factor, as transformers saves them); v4 is the published spelling
+    (``rope_theta``, ``compress_rope_theta``, ``partial_rotary_factor`` and the compress regime's
+    ``rope_scaling``), which holds plain RoPE for main and one partial_rotary_factor only."""
+    fields = read(TextFields, text)
+    head_dim = _required(fields.head_dim, "head_dim")
+    regimes, _nested = _v4_regimes(fields, head_dim)
+    dicts: dict[str, dict[str, Any]] = {}
+    for name, regime in regimes.items():
+        spec, params = get_method(regime.method.name), dict(regime.method.params)
+        rope = {"rope_type": spec.config_spellings[0], "rope_theta": params.pop("base")}
+        rope |= {key: value for key, value in params.items() if key in spec.config_keys}
+        dicts[name] = rope | {"partial_rotary_factor": regime.fraction}
+    for key in ("rope_scaling", "rope_parameters", "rope_theta", "compress_rope_theta", "partial_rotary_factor"):
+        text.pop(key, None)
+    if to == "v5":
+        text["rope_parameters"] = dicts
+        return text
+    main, compress = dicts[MAIN_REGIME], dicts[COMPRESS_REGIME]
+    if set(main) - {"rope_type", "rope_theta", "partial_rotary_factor"} or main["rope_type"] != "default":
+        raise InvalidInput(("rope_parameters", MAIN_REGIME), "v4 gives the main regime plain RoPE (rope_theta) only")
+    if main["partial_rotary_factor"] != compress["partial_rotary_factor"]:
+        raise InvalidInput(
+            ("rope_parameters", COMPRESS_REGIME, "partial_rotary_factor"), "v4 has one partial_rotary_factor"
+        )
+    text["rope_theta"] = main["rope_theta"]
+    text["compress_rope_theta"] = compress.pop("rope_theta")
+    text["partial_rotary_factor"] = compress.pop("partial_rotary_factor")
+    text["rope_scaling"] = None if compress == {"rope_type": "default"} else compress
     return text
 
 

@@ -423,6 +423,63 @@ PRESETS: dict[str, dict[str, Any]] = {
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
         },
     },
+    # moonshotai/Kimi-K2-Instruct-0905's config.json (model_type kimi_k2: DeepSeek-V3's code, which transformers runs
+    # as deepseek_v3, Kimi_K25Config's text model): values as a public model-inspector report of that repository
+    # quotes them (61 layers, hidden 7168, 64 heads and 64 KV heads, θ 5e4, YaRN 64 over 4096 with beta_fast =
+    # beta_slow = 1 and mscale = mscale_all_dim = 1); the MLA sizes (qk_nope 128, qk_rope 64, v 128) and the 256K
+    # context (64 × 4096) as the model card and public copies of Kimi K2.x's text_config give them
+    "kimi-k2": {
+        "model_type": "kimi_k2",
+        "hidden_size": 7168,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "num_hidden_layers": 61,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "max_position_embeddings": 262144,
+        "rope_theta": 50000.0,
+        "rope_scaling": {
+            "beta_fast": 1.0,
+            "beta_slow": 1.0,
+            "factor": 64.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
+    },
+    # deepseek-ai/DeepSeek-V4-Flash's config.json, as public copies found with the search tools quote it (43 layers,
+    # one 512-wide KV head shared by 64 query heads, the trailing 64 features rotated, 128-key windows; 44
+    # compress_ratios: layers 0-1 sliding only, then compressed sparse (4) and heavily compressed (128) in turn, the
+    # last entry the MTP layer's; θ 1e4 for the sliding layers, 1.6e5 with YaRN 16 over 65536 for the others)
+    "deepseek-v4-flash": {
+        "model_type": "deepseek_v4",
+        "hidden_size": 4096,
+        "head_dim": 512,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 43,
+        "q_lora_rank": 1024,
+        "qk_rope_head_dim": 64,
+        "index_head_dim": 128,
+        "index_n_heads": 64,
+        "index_topk": 512,
+        "max_position_embeddings": 1048576,
+        "sliding_window": 128,
+        "compress_ratios": [0, 0, *[4, 128] * 20, 4, 0],
+        "compress_rope_theta": 160000,
+        "rope_theta": 10000,
+        "rope_scaling": {
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 16,
+            "original_max_position_embeddings": 65536,
+            "type": "yarn",
+        },
+    },
     "mistral-7b-v0.3": {
         "model_type": "mistral",
         "hidden_size": 4096,

@@ -37,7 +37,8 @@ class LayerRopeOut(BaseModel):
     layer: int
     layer_type: str = Field(
         description="full_attention, sliding_attention, chunked_attention, indexed_attention (DeepSeek Sparse "
-        "Attention) or linear_attention (no attention scores, no RoPE)"
+        "Attention), linear_attention (no attention scores, no RoPE), or DeepSeek-V4's compressed_sparse_attention "
+        "and heavily_compressed_attention"
     )
     method: str | None = Field(description="a registered rotary method, or null for a NoPE layer")
     params: dict[str, Any] = Field(description="in the method's own parameter names")
@@ -53,6 +54,10 @@ class LayerRopeOut(BaseModel):
     query_temperature: dict[str, Any] | None = None
     mrope_section: list[int] | None = None
     shared_key_rope: bool = Field(default=False, description="MLA: one rotated key part shared by all heads")
+    compress_rate: int | None = Field(
+        default=None,
+        description="DeepSeek-V4's compressed layers: compressed key i is rotated at position i x compress_rate",
+    )
     notes: list[str] = Field(
         default_factory=list, description="what else about the layer's attention a port must keep (gpt-oss's sinks)"
     )

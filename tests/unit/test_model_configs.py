@@ -34,6 +34,8 @@ def hf_text_config(config: dict[str, Any]) -> Any:
         # transformers 5.23 refuses the published Phi-3 128k files (KeyError: its longrope validation wants
         # original_max_position_embeddings inside the rope dict, where those files keep it at the top level)
         rope["original_max_position_embeddings"] = fields["original_max_position_embeddings"]
+    if config["model_type"] == "kimi_k2":  # no transformers config of its own: Kimi K2.5's reads it as deepseek_v3
+        return CONFIG_MAPPING["kimi_k25"](text_config=copy.deepcopy(config)).get_text_config()
     return CONFIG_MAPPING[config["model_type"]](**fields).get_text_config()
 
 
@@ -51,8 +53,18 @@ def hf_rotary(text: Any) -> Any:
     return getattr(hf_module(text), name)(text)
 
 
+def hf_rope_label(text: Any, layer: int) -> str:
+    """DeepSeek-V4's rotary buffers are per regime: the one a layer's attention picks ("" elsewhere: the buffers
+    are per layer type, or one set)."""
+    module = hf_module(text)
+    if not hasattr(module, "DeepseekV4Attention"):
+        return ""
+    with torch.device("meta"):
+        return str(module.DeepseekV4Attention(text, layer_idx=layer).rope_layer_type)
+
+
 def hf_frequencies(rotary: Any, layer_type: str) -> tuple[torch.Tensor, float]:
-    """(inv_freq, attention scaling) of a layer type: per-type buffers (Gemma 3) or the one set."""
+    """(inv_freq, attention scaling) of a layer type (or rope regime): per-type buffers (Gemma 3) or the one set."""
     inv_freq = getattr(rotary, f"{layer_type}_inv_freq", None)
     if inv_freq is None:
         return rotary.inv_freq, float(rotary.attention_scaling)
@@ -83,7 +95,7 @@ def test_every_preset_has_the_frequencies_and_scales_transformers_computes(name:
     for layer in resolved.layers:
         if layer.method is None:
             continue
-        expected, scaling = hf_frequencies(rotary, layer.layer_type)
+        expected, scaling = hf_frequencies(rotary, hf_rope_label(text, layer.layer) or layer.layer_type)
         ours = our_inv_freq(layer)
         assert ours.shape == expected.shape, (name, layer.layer)
         # ours are float64 from the formula, transformers' float32: θ^(2k/d) with the exponent rounded to float32
@@ -280,6 +292,9 @@ def test_partial_rotation_keys() -> None:
 # --------------------------------------------------------------------------------------------- warnings
 BASE = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "max_position_embeddings": 32768}
 GEMMA_TYPES = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+YARN_DICT = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
+V4 = {"model_type": "deepseek_v4", "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 512,
+      "qk_rope_head_dim": 64, "compress_ratios": [0, 0, 4, 128]}  # fmt: skip
 WARNING_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "rope_theta_outside_rope_parameters": (
         {**BASE, "rope_theta": 500000.0, "rope_parameters": {"rope_type": "default"}},
@@ -434,6 +449,35 @@ def test_mrope_sections_that_do_not_cover_the_rotated_pairs_are_refused_at_the_k
         ({"text_config": {"hidden_size": 64, "num_attention_heads": 2}}, ("text_config", "num_hidden_layers")),
         ({**BASE, "layer_types": ["full_attention"]}, ("layer_types",)),
         ({**BASE, "no_rope_layers": [1, 1]}, ("no_rope_layers",)),
+        # YaRN params refused together: at the key that breaks the order, or at the rope dict the user sent
+        ({**BASE, "rope_scaling": {**YARN_DICT, "beta_fast": 1.0, "beta_slow": 2.0}}, ("rope_scaling", "beta_slow")),
+        (
+            {"text_config": {**BASE, "rope_parameters": {**YARN_DICT, "beta_slow": 64.0}}},
+            ("text_config", "rope_parameters", "beta_slow"),
+        ),
+        ({"text_config": {**BASE, "rope_scaling": {**YARN_DICT, "mscale": 1.0}}}, ("text_config", "rope_scaling")),
+        (
+            {
+                **BASE,
+                "layer_types": GEMMA_TYPES,
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default"},
+                    "full_attention": {**YARN_DICT, "beta_fast": 0.5},
+                },
+            },
+            ("rope_parameters", "full_attention"),
+        ),  # β_slow 1
+        # DeepSeek-V4: its layer schedule and compress ratios, as transformers reads them
+        ({**V4, "compress_ratios": [0, 0, 4, 8]}, ("compress_ratios", 3)),
+        ({**V4, "compress_ratios": [0, 4]}, ("compress_ratios",)),
+        ({key: value for key, value in V4.items() if key != "compress_ratios"}, ("compress_ratios",)),
+        ({**V4, "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}, ("layer_types", 3)),
+        ({**V4, "rope_scaling": {**YARN_DICT, "beta_fast": 0.5, "beta_slow": 2}}, ("rope_scaling", "beta_slow")),
+        (
+            {**V4, "rope_parameters": {"main": {"rope_type": "default"}, "compress": {"rope_theta": 1e5}}},
+            ("rope_parameters", "main", "rope_theta"),
+        ),
+        ({**V4, "index_head_dim": 32}, ("index_head_dim",)),
     ],
 )
 def test_configs_that_cannot_be_resolved_name_the_key(config: dict[str, Any], loc: tuple[str, ...]) -> None:
@@ -458,7 +502,8 @@ def test_converting_a_preset_between_dialects_keeps_every_layer(name: str) -> No
     if layer is None:
         assert not hf_rotary_names(hf_text_config(as_v5))
         return
-    expected, _ = hf_frequencies(hf_rotary(hf_text_config(as_v5)), layer.layer_type)
+    text = hf_text_config(as_v5)
+    expected, _ = hf_frequencies(hf_rotary(text), hf_rope_label(text, layer.layer) or layer.layer_type)
     torch.testing.assert_close(our_inv_freq(layer).float(), expected.float(), rtol=FLOAT32_POW, atol=0)
 
 

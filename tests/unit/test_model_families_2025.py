@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ FLOAT32_EPS = 2.0**-24
 
 
 def hf_text(config: dict[str, Any]) -> Any:
+    if config.get("model_type") == "kimi_k2":  # Kimi K2's own file: Kimi K2.5's config reads it as deepseek_v3
+        return CONFIG_MAPPING["kimi_k25"](text_config=copy.deepcopy(config)).get_text_config()
     fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
     return CONFIG_MAPPING[config["model_type"]](**fields).get_text_config()
 
@@ -133,6 +136,19 @@ def hf_mla(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: t
     )
 
 
+def hf_v4_regime(text: Any, layer: int) -> str:
+    """The rope regime DeepSeek-V4's attention of that layer picks (transformers: main or compress)."""
+    with torch.device("meta"):
+        return str(hf_module(text).DeepseekV4Attention(text, layer_idx=layer).rope_layer_type)
+
+
+def hf_v4(text: Any, layer: LayerRope, q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor) -> Any:
+    """DeepSeek-V4: its rotary's buffers of the layer's regime, its apply (the trailing features, interleaved)."""
+    module, rotary = hf_module(text), hf_rotary(text)
+    cos, sin = rotary(q.float(), ids[None], layer_type=hf_v4_regime(text, layer.layer))  # (1, N, d/2)
+    return module.apply_rotary_pos_emb(q.float(), cos, sin), module.apply_rotary_pos_emb(k.float(), cos, sin)
+
+
 CASES: list[tuple[str, int, HfRotate]] = [
     ("gemma-4-26b-a4b", 0, hf_gemma4),  # sliding: default RoPE over 256 features, θ 1e4
     ("gemma-4-26b-a4b", 5, hf_gemma4),  # global: 512-wide heads, proportional RoPE, 64 of 256 pairs rotate
@@ -146,6 +162,10 @@ CASES: list[tuple[str, int, HfRotate]] = [
     ("olmo-3-7b", 3, hf_per_type),  # full: YaRN 8 over 8192, the config's attention_factor on cos and sin
     ("gpt-oss-20b", 0, hf_half),  # sliding (gpt-oss's _apply_rotary_emb: halves), YaRN without truncation
     ("gpt-oss-20b", 1, hf_half),  # full
+    ("kimi-k2", 0, hf_mla),  # DeepSeek-V3's MLA, θ 5e4, YaRN 64 over 4096 with beta_fast = beta_slow = 1
+    ("deepseek-v4-flash", 0, hf_v4),  # sliding: the main regime, plain RoPE at θ 1e4 on the last 64 of 512
+    ("deepseek-v4-flash", 2, hf_v4),  # compressed sparse: the compress regime, θ 1.6e5 + YaRN 16, factor 1
+    ("deepseek-v4-flash", 3, hf_v4),  # heavily compressed: the compress regime too
 ]
 
 
@@ -452,3 +472,126 @@ def test_kimi_linear_mla_layers_given_rope_are_what_the_doctor_warns_about() -> 
     assert warning.layers == mla
     assert all(resolved.layers[index].method is not None for index in mla)
     assert warning.evidence["model_code"] == "NoPE"
+
+
+def test_kimi_k2_resolves_its_equal_betas_and_softmax_scale_as_transformers() -> None:
+    """Kimi K2 ships beta_fast = beta_slow = 1 (a zero-width YaRN ramp, which transformers accepts): resolved, not
+    refused; the MLA's interleaved pairs (model_type kimi_k2 is DeepSeek-V3's code) and its softmax scale
+    (192^-1/2 · mscale(64, mscale_all_dim = 1)²) are those of transformers' attention; Kimi K2.5's nesting of the
+    same text config resolves the same layers."""
+    config = PRESETS["kimi-k2"]
+    resolved = resolve_config(config)
+    text = hf_text(config)
+    layer = resolved.layers[0]
+    assert (layer.params["beta_fast"], layer.params["beta_slow"]) == (1.0, 1.0)
+    assert (layer.pairing, layer.rotary_slice, layer.head_dim) == ("interleaved", (128, 192), 192)
+    assert text.rope_interleave is True
+    with torch.device("meta"):
+        attention = hf_module(text).DeepseekV3Attention(text, layer_idx=0)
+    assert layer.softmax_scale == pytest.approx(attention.scaling, rel=1e-12)
+    assert layer.attention_scale == hf_rotary(text).attention_scaling == 1.0
+    nested = resolve_config({"model_type": "kimi_k25", "text_config": config})
+    assert [one.to_json() for one in nested.layers] == [one.to_json() for one in resolved.layers]
+
+
+def test_kimi_k2_port_bugs_are_what_the_compare_probe_finds() -> None:
+    """Three ports of Kimi K2's rotation, each off from position 0 or 1: half pairs (a reader that does not know
+    kimi_k2 is DeepSeek-V3), YaRN without its mscale fields (factor 0.1·ln 64 + 1 on cos and sin), and the betas
+    replaced by YaRN's defaults 32 / 1 (a reader that refuses equal betas)."""
+    layer = resolve_config(PRESETS["kimi-k2"]).layers[0]
+    right = RotarySetup.from_layer(layer)
+    half = RotarySetup(right.method, right.params, right.rotary_dim, "half", right.start)
+    report = compare(right, half, max_position=64)
+    assert report.first_angle_divergence is None
+    assert report.first_logit_divergence == 1
+    config = copy.deepcopy(PRESETS["kimi-k2"])
+    del config["rope_scaling"]["mscale"], config["rope_scaling"]["mscale_all_dim"]
+    dropped = resolve_config(config).layers[0]
+    assert dropped.attention_scale == pytest.approx(0.1 * math.log(64) + 1, rel=1e-12)
+    assert dropped.softmax_scale == pytest.approx(192**-0.5, rel=1e-12)  # no mscale_all_dim: no mscale² either
+    assert compare(right, RotarySetup.from_layer(dropped), max_position=64).first_logit_divergence == 0
+    defaults = RotarySetup(right.method, {**right.params, "beta_fast": 32.0}, right.rotary_dim, right.pairing)
+    assert compare(right, defaults, max_position=8192).first_angle_divergence is not None
+
+
+def test_deepseek_v4_layers_are_transformers_layer_types_scales_and_compressors() -> None:
+    """Every DeepSeek-V4 layer: transformers' layer type (from compress_ratios, the MTP entry dropped), the regime
+    its attention picks (sliding: main; else compress), its softmax scale (head_dim^-1/2) and sinks, and on the
+    compressed layers the compressor's rate; the compressed sparse layers' indexer rotates the trailing 64 of its
+    128 features in the compress regime, with the scorer's scale."""
+    config = PRESETS["deepseek-v4-flash"]
+    resolved = resolve_config(config)
+    text = hf_text(config)
+    module = hf_module(text)
+    assert [layer.layer_type for layer in resolved.layers] == list(text.layer_types)
+    main = resolved.layers[0]
+    for layer in resolved.layers:
+        with torch.device("meta"):
+            attention = module.DeepseekV4Attention(text, layer_idx=layer.layer)
+        assert layer.softmax_scale == pytest.approx(attention.scaling, rel=1e-12)
+        assert tuple(attention.sinks.shape) == (config["num_attention_heads"],)
+        assert any("sink" in note for note in layer.notes)
+        regime = attention.rope_layer_type
+        assert (regime == "main") == (layer.params == main.params)
+        if attention.compressor is None:
+            assert (layer.compress_rate, layer.indexer, layer.window) == (None, None, 128)
+            continue
+        assert attention.compressor.rope_layer_type == regime
+        assert layer.compress_rate == attention.compressor.compress_rate
+        indexer = getattr(attention.compressor, "indexer", None)
+        assert (layer.indexer is None) == (indexer is None)
+        if indexer is not None and layer.indexer is not None:
+            assert (layer.indexer.head_dim, layer.indexer.rotary_slice) == (indexer.head_dim, (64, 128))
+            assert layer.indexer.compress_rate == indexer.compress_rate
+            assert layer.indexer.softmax_scale == pytest.approx(indexer.scorer.softmax_scale, rel=1e-12)
+            assert (layer.indexer.method, layer.indexer.params) == (layer.method, layer.params)
+
+
+def test_deepseek_v4_compressed_keys_rotate_at_the_window_start_as_its_compressor() -> None:
+    """transformers' heavily compressed compressor, its weights set so that compressed entry i is token i·128's
+    key (the gate's softmax all on the window's first slot, the projection the identity, RMS-1 rows), rotates
+    the entries as posenc rotates those keys with the layer's setup at positions i·compress_rate."""
+    config = {**PRESETS["deepseek-v4-flash"], "hidden_size": 512, "rms_norm_eps": 1e-30}
+    text = hf_text(config)
+    layer = resolve_config(config).layers[3]
+    rate = layer.compress_rate
+    assert rate == 128
+    compressor = hf_module(text).DeepseekV4HCACompressor(text)
+    with torch.no_grad():
+        compressor.kv_proj.weight.copy_(torch.eye(512))
+        compressor.gate_proj.weight.zero_()
+        compressor.position_bias.fill_(-1e4)
+        compressor.position_bias[0].zero_()
+        compressor.kv_norm.weight.fill_(1.0)
+    windows = 3
+    generator = torch.Generator().manual_seed(4)
+    keys = torch.randn(1, 1, windows, 512, generator=generator, dtype=torch.float64)
+    keys = keys / keys.pow(2).mean(-1, keepdim=True).sqrt()  # RMS 1: the compressor's norm leaves them
+    hidden = torch.randn(1, windows * rate, 512, generator=generator)
+    hidden[0, ::rate] = keys[0, 0].float()
+    positions = torch.arange(windows * rate)[None]
+    with torch.no_grad():
+        compressed, _ = compressor(hidden, None, positions, None, 3)  # (1, 1, windows, 512)
+    at = torch.arange(windows) * rate
+    ours, _ = posenc_rotate({"config": config, "layer": 3}, keys, keys, at)
+    assert_within(ours, compressed.double(), tolerance(layer, keys, at))
+    unrotated, _ = posenc_rotate({"config": config, "layer": 3}, keys, keys, torch.arange(windows))
+    assert float((unrotated - compressed.double()).abs().max()) > 1e-3  # positions i, not i·128: another rotation
+
+
+def test_deepseek_v4_port_bugs_are_what_the_compare_probe_finds() -> None:
+    """Ports of DeepSeek-V4's compressed layers: the compress regime given the main θ (1e4 for every layer),
+    half pairs instead of interleaved, and YaRN's default factor (0.1·ln 16 + 1) instead of the 1 transformers
+    forces; and the sliding layers given the compress regime. Each is a different rotation or logit scale."""
+    layers = resolve_config(PRESETS["deepseek-v4-flash"]).layers
+    sliding, compressed = RotarySetup.from_layer(layers[0]), RotarySetup.from_layer(layers[2])
+    assert compressed.start == 448
+    main_theta = RotarySetup(compressed.method, {**compressed.params, "base": 10000.0}, 64, "interleaved", 448)
+    assert compare(compressed, main_theta, max_position=64).first_angle_divergence == 1
+    half = RotarySetup(compressed.method, compressed.params, 64, "half", 448)
+    assert compare(compressed, half, max_position=64).first_logit_divergence == 1
+    default_factor = RotarySetup(compressed.method, without(dict(compressed.params), "attention_factor"), 64,
+                                 "interleaved", 448)  # fmt: skip
+    report = compare(compressed, default_factor, max_position=64)
+    assert (report.first_angle_divergence, report.first_logit_divergence) == (None, 0)
+    assert compare(sliding, compressed, max_position=64).first_angle_divergence == 1

@@ -915,6 +915,10 @@ class LayerRopeOut(BaseModel):
     multiplies cos and sin (YaRN / LongRoPE): logits x its square
     """
     chunk: Annotated[int | None, Field(title="Chunk")] = None
+    compress_rate: Annotated[int | None, Field(title="Compress Rate")] = None
+    """
+    DeepSeek-V4's compressed layers: compressed key i is rotated at position i x compress_rate
+    """
     head_dim: Annotated[int, Field(title="Head Dim")]
     indexer: LayerRopeOut | None = None
     """
@@ -923,7 +927,7 @@ class LayerRopeOut(BaseModel):
     layer: Annotated[int, Field(title="Layer")]
     layer_type: Annotated[str, Field(title="Layer Type")]
     """
-    full_attention, sliding_attention, chunked_attention, indexed_attention (DeepSeek Sparse Attention) or linear_attention (no attention scores, no RoPE)
+    full_attention, sliding_attention, chunked_attention, indexed_attention (DeepSeek Sparse Attention), linear_attention (no attention scores, no RoPE), or DeepSeek-V4's compressed_sparse_attention and heavily_compressed_attention
     """
     method: Annotated[str | None, Field(title="Method")]
     """

@@ -1,6 +1,6 @@
 """No route does its work outside a compute slot: with every slot held, every POST route of the OpenAPI document
 answers 503 (Retry-After) instead of working, while ``/healthz`` and the catalogue still answer at once; with the
-slots free again the same requests succeed. A POST route missing from ``BODIES`` fails the test, so a new route
+slots free again the same requests succeed. A POST route without a request example fails the test, so a new route
 is checked too."""
 
 from __future__ import annotations
@@ -10,27 +10,10 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4}
-Q = {"random": {"shape": [1, 1, 4, 64], "seed": 0}}
-BODIES: dict[str, dict[str, Any]] = {
-    "/v1/bias": {"method": "alibi", "num_heads": 1, "query_length": 2},
-    "/v1/rotary": {"method": "rope", "q": Q, "k": Q},
-    "/v1/encodings": {"method": "sinusoidal", "length": 2, "dim": 4},
-    "/v1/attention": {"method": "alibi", "q": Q, "k": Q},
-    "/v1/rope/frequencies": {"setup": {"method": "rope", "rotary_dim": 8}, "train_length": 16},
-    "/v1/rope/precision": {"setup": {"method": "rope", "rotary_dim": 8}, "positions_per_band": 4},
-    "/v1/rope/compare": {"setup_a": {"method": "rope"}, "setup_b": {"method": "rope"}, "max_position": 8},
-    "/v1/rope/decode": {"setup": {"method": "rope"}, "prefill": 2, "steps": 2},
-    "/v1/rope/permutation": {"head_dim": 8, "to": "half"},
-    "/v1/rope/temperature": {"config": LLAMA, "layer": 0, "length": 2},
-    "/v1/rope/position_ids": {"segments": [{"kind": "text", "length": 2}]},
-    "/v1/models/resolve": {"config": LLAMA},
-    "/v1/models/convert": {"config": LLAMA, "to": "v5"},
-    "/v1/jobs": {
-        "kind": "train",
-        "spec": {"methods": [{"method": "rope"}], "data": {"task": "copy", "size": 4}, "train": {"steps": 1}},
-    },
-}
+from service.examples import BODIES as EXAMPLES
+
+# the OpenAPI document's request examples (service/examples.py): one valid body per POST route
+BODIES: dict[str, dict[str, Any]] = {path: body for (method, path), body in EXAMPLES.items() if method == "post"}
 NEEDS_REDIS = {"/v1/jobs"}  # with the slots free it goes on to the job store, which this app has none of
 
 

@@ -229,6 +229,7 @@ def test_yarn_factor_one_has_no_temperature_and_no_scaling() -> None:
         {"mscale": 1.0},  # one of the pair alone would be silently ignored by HF
         {"mscale_all_dim": 1.0},
         {"beta_fast": 1, "beta_slow": 32},
+        {"beta_fast": 0.5},  # below the default beta_slow (1)
         {"unknown": 1},
         {"factor": 0.5},
     ],
@@ -236,6 +237,71 @@ def test_yarn_factor_one_has_no_temperature_and_no_scaling() -> None:
 def test_yarn_rejects_invalid_params(bad: dict[str, float]) -> None:
     with pytest.raises(pydantic.ValidationError):
         get_method("rope_yarn").parse_params({**YARN, **bad})
+
+
+def hf_yarn_ramp_inv_freq(
+    dim: int, base: float, factor: float, length: int, beta_fast: float, beta_slow: float, *, truncate: bool
+) -> torch.Tensor:
+    """YaRN's frequencies as transformers' _compute_yarn_parameters computes them, in float64: the correction range
+    (find_correction_range: floor/ceil when truncating, clamped to [0, d − 1]), then linear_ramp_factor, which
+    widens a zero-width range by 0.001 (the case β_fast = β_slow can reach)."""
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(length / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    values = []
+    for k in range(dim // 2):
+        ramp = min(max((k - low) / (high - low), 0.0), 1.0)  # 1 − the extrapolation factor
+        omega = base ** (-2.0 * k / dim)
+        values.append(omega / factor * ramp + omega * (1 - ramp))
+    return f64(values)
+
+
+@pytest.mark.parametrize(
+    ("dim", "base", "factor", "length", "truncate"),
+    [
+        (64, 50000.0, 64.0, 4096, True),  # Kimi K2: low 19.17 floored, high ceiled to 20 (one ramp step)
+        (64, 50000.0, 64.0, 4096, False),  # no rounding: low == high, the 0.001-wide ramp
+        (64, 10000.0, 8.0, 4, True),  # both below pair 0: clamped to 0 == 0, widened
+        (16, 10.0, 4.0, 1 << 20, True),  # both past the last pair: clamped to d − 1 == d − 1, widened
+    ],
+)
+def test_yarn_with_beta_fast_equal_to_beta_slow_is_what_transformers_computes(
+    dim: int, base: float, factor: float, length: int, truncate: bool
+) -> None:
+    """β_fast = β_slow (Kimi K2 ships 1 and 1) is a correction range of zero width before rounding: accepted, and
+    the frequencies are transformers' (its ramp widened by 0.001 where the range has no width left)."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"base": base, "factor": factor, "original_max_position_embeddings": length, "beta_fast": 1.0,
+              "beta_slow": 1.0, "truncate": truncate, "attention_factor": 1.0}  # fmt: skip
+    ours = frequencies("rope_yarn", params, dim).inv_freq
+    expected = hf_yarn_ramp_inv_freq(dim, base, factor, length, 1.0, 1.0, truncate=truncate)
+    torch.testing.assert_close(ours, expected, rtol=1e-14, atol=0)
+    rope = {"rope_type": "yarn", "rope_theta": base, "factor": factor, "original_max_position_embeddings": length,
+            "beta_fast": 1.0, "beta_slow": 1.0, "truncate": truncate, "attention_factor": 1.0}  # fmt: skip
+    config = LlamaConfig(hidden_size=dim, num_attention_heads=1, head_dim=dim, max_position_embeddings=length,
+                         rope_parameters=rope)  # fmt: skip
+    hf_inv_freq, hf_scale = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")  # float32
+    torch.testing.assert_close(ours.float(), hf_inv_freq, rtol=2e-6, atol=0)
+    assert hf_scale == 1.0
+
+
+def test_yarn_refuses_beta_fast_below_beta_slow_at_beta_slow() -> None:
+    from posenc.real_models.configs import rope_frequencies as config_frequencies
+
+    with pytest.raises(InvalidInput) as raised:
+        config_frequencies("rope_yarn", {**YARN, "beta_fast": 1.0, "beta_slow": 1.5}, 64)
+    assert raised.value.loc == ("params", "beta_slow")
+    assert "beta_fast" in raised.value.msg
+    config_frequencies("rope_yarn", {**YARN, "beta_fast": 1.5, "beta_slow": 1.5}, 64)  # equal: accepted
 
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
