@@ -173,4 +173,4 @@ def test_readme_python_safetensors_example(server: str, tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "{'q': (1, 8, 2048, 64), 'k': (1, 8, 2048, 64)}"
+    assert result.stdout.strip() == "[('k', (1, 8, 2048, 64)), ('q', (1, 8, 2048, 64))]"
