@@ -40,18 +40,3 @@ def _example_params(name: str, rotary_dim: int = 8) -> dict[str, Any]:
 @pytest.fixture
 def example_params() -> Callable[..., dict[str, Any]]:
     return _example_params
-
-
-# The suite runs its files in parallel, one file per process at a time (``make test``: pytest-xdist, --dist
-# loadfile), handed out in collection order. Files that start real processes (gateways, workers, a pip install,
-# Chromium) take tens of seconds to minutes each; collected last, one of them would run alone at the end while the
-# other processes sit idle. They go first, so the many short files fill in around them.
-LONG_FIRST = ("tests/browser/", "tests/integration/sdk/", "tests/integration/test_")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid
-        return next((index for index, prefix in enumerate(LONG_FIRST) if path.startswith(prefix)), len(LONG_FIRST))
-
-    items.sort(key=rank)  # stable: within a rank, files and tests keep their order
