@@ -35,6 +35,7 @@ from posenc.schemas.rope import (
     FrequenciesRequest,
     PositionIdsRequest,
     PrecisionRequest,
+    ServeCheckRequest,
     TemperatureRequest,
 )
 from posenc.settings import Settings
@@ -84,6 +85,14 @@ def cases() -> list[Case]:
     for grid in ((1, 256, 256), (16, 256, 256)):
         request = PositionIdsRequest.model_validate({"segments": [{"kind": "video", "grid": list(grid)}]})
         rows.append(("rope.position_ids", f"grid={grid}", lambda r=request: plans.plan_position_ids(r)))
+    for length, dim, heads, method in ((64, 128, 4, "rope"), (128, 64, 4, "rope"), (128, 128, 8, "alibi"),
+                                       (256, 32, 2, "rope_dynamic_ntk"), (128, 128, 4, "rope_yarn")):  # fmt: skip
+        setup = {"method": method, "rotary_dim": dim}
+        if method in ("rope_dynamic_ntk", "rope_yarn"):
+            setup["params"] = {"factor": 4.0, "original_max_position_embeddings": length // 4}
+        request = ServeCheckRequest.model_validate({"setup": setup, "length": length, "heads": heads})
+        label = f"N={length} d={dim} H={heads} {method}"
+        rows.append(("rope.serve_check", label, lambda r=request: plans.plan_serve_check(r)))
     request = ConvertRequest.model_validate({"config": gemma, "to": "v5"})
     rows.append(("models.convert", "gemma-3-4b", lambda r=request: plans.plan_convert(r)))
     for layers in (32, 1024):

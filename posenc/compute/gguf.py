@@ -14,7 +14,6 @@ from typing import Any
 from posenc.compute.cost import Cost, Plan, fields
 from posenc.compute.rope import WORK_PER_CONFIG, WORK_PER_JSON_ELEMENT, WORK_PER_LAYER
 from posenc.errors import located
-from posenc.real_models.configs import resolve_config
 from posenc.real_models.engine_notes import engine_notes
 from posenc.real_models.gguf_files import check_metadata, compare_with_config, config_from_gguf
 from posenc.real_models.presets import get_preset
@@ -29,8 +28,7 @@ def plan_gguf(request: GgufRequest) -> Plan[dict[str, Any]]:
     each), and the answer's JSON."""
     values = check_metadata(request.metadata, request.tensors)
     converted = config_from_gguf(request.metadata, request.tensors)
-    with located(("metadata",)):
-        resolved = resolve_config(converted.config)
+    resolved = converted.resolve()
     against: dict[str, Any] | None = None
     label: str | None = None
     if isinstance(request.against, str):

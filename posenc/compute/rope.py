@@ -265,12 +265,13 @@ def plan_resolve(config: dict[str, Any] | None, preset: str | None) -> Plan[dict
     return Plan(cost, lambda: resolved.to_json() | {"engine_notes": notes})
 
 
-# Work units of the serving simulator (``posenc.real_models.serving``), per head where a head is involved.
-WORK_PER_SERVE_CALL = 600_000  # serve_check: one call of the layer's hooks on a pass (frequencies, tables, a gather)
-WORK_PER_SERVE_BLOCK = 600_000  # serve_check: one pass's logits for one variant (position term, masks, the error)
-WORK_PER_SERVE_LOGIT = 60  # serve_check: one (head, query, key) logit compared
-WORK_PER_SERVE_FEATURE = 2  # serve_check: one feature of one (head, query, key) product
-WORK_PER_SERVE_ENCODED = 20  # serve_check: one feature of one token rotated or scaled
+# Work units of the serving simulator (``posenc.real_models.serving``), per head where a head is involved; measured
+# with bench/request_costs.py (--only rope.serve_check): YaRN, the costliest hooks, at about 0.8 ns per unit.
+WORK_PER_SERVE_CALL = 240_000  # serve_check: one call of the layer's hooks on a pass (frequencies, tables, a gather)
+WORK_PER_SERVE_BLOCK = 240_000  # serve_check: one pass's logits for one variant (position term, masks, the error)
+WORK_PER_SERVE_LOGIT = 24  # serve_check: one (head, query, key) logit compared
+WORK_PER_SERVE_FEATURE = 1  # serve_check: one feature of one (head, query, key) product
+WORK_PER_SERVE_ENCODED = 8  # serve_check: one feature of one token rotated or scaled
 
 
 def plan_serve_check(request: ServeCheckRequest) -> Plan[dict[str, Any]]:

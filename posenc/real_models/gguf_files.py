@@ -27,11 +27,12 @@ from typing import Any
 import numpy as np
 from gguf.constants import Keys
 
-from posenc.errors import InvalidInput, located
+from posenc.errors import FieldErrors, InvalidInput, located
 from posenc.real_models.configs import (
     ROPE_TYPE_METHODS,
     ConfigWarning,
     LayerRope,
+    ResolvedConfig,
     convert_config,
     resolve_config,
     rope_frequencies,
@@ -158,6 +159,23 @@ class GgufConfig:
     config: dict[str, Any]
     origins: dict[str, str]
     notes: list[ConfigWarning]
+
+    def resolve(self) -> ResolvedConfig:
+        """The config's layers, as ``/v1/models/resolve`` answers them; an error names the GGUF key the field came
+        from (``("metadata", "llama.block_count")``, not the config's ``num_hidden_layers``)."""
+        try:
+            return resolve_config(self.config)
+        except InvalidInput as exc:
+            raise InvalidInput(self._gguf_loc(exc.loc), exc.msg) from None
+        except FieldErrors as exc:
+            raise FieldErrors({**error, "loc": self._gguf_loc(error["loc"])} for error in exc.errors) from None
+
+    def _gguf_loc(self, loc: Sequence[str | int]) -> tuple[str | int, ...]:
+        for end in range(len(loc), 0, -1):  # the longest leading part of the loc that a GGUF key filled
+            origin = self.origins.get(".".join(map(str, loc[:end])))
+            if origin is not None:
+                return ("metadata", origin, *loc[end:])
+        return ("metadata", *loc)
 
 
 def _number(metadata: Mapping[str, Any], key: str, *, integer: bool = False) -> Any:
@@ -391,7 +409,7 @@ def compare_with_config(
         reference = resolve_config(config)
     with located(("metadata",)):
         found = _v4_fields(converted.config)
-        resolved = resolve_config(converted.config)
+    resolved = converted.resolve()
     arch = str(metadata[Keys.General.ARCHITECTURE])
     llama3 = expected.get("rope_scaling.rope_type") == "llama3"
     warnings: list[ConfigWarning] = []

@@ -105,6 +105,18 @@ def _layers(count: int) -> dict[str, Any]:
     return LLAMA | {"num_hidden_layers": count}
 
 
+def _gguf(blocks: int) -> dict[str, Any]:
+    """A Llama 3.1 GGUF's header metadata (as the SDK's reader sends it) with ``blocks`` layers."""
+    return {
+        "general.architecture": "llama",
+        "llama.block_count": blocks,
+        "llama.embedding_length": 4096,
+        "llama.attention.head_count": 32,
+        "llama.context_length": 131072,
+        "llama.rope.freq_base": 500000.0,
+    }
+
+
 def _text_setup(config: dict[str, Any], layer: int = 0) -> dict[str, Any]:
     return {"config": config, "layer": layer}
 
@@ -483,8 +495,74 @@ def bound_cases() -> list[Case]:
             (413,),
             "segments",
         ),
+        Case(
+            "serve check at the largest length",
+            "/v1/rope/serve_check",
+            {"setup": rope, "length": 4096},
+            (413,),
+            "length",
+        ),
+        Case(
+            "serve check past the largest length",
+            "/v1/rope/serve_check",
+            {"setup": rope, "length": 4097},
+            (422,),
+            "length",
+        ),
+        Case(
+            "serve check of 64 heads",
+            "/v1/rope/serve_check",
+            {"setup": rope, "length": 1024, "heads": 64},
+            (413,),
+            "heads",
+        ),
+        Case(
+            "serve check of one-token chunks",
+            "/v1/rope/serve_check",
+            {"setup": rope, "length": 4096, "chunk_sizes": [1] * 8},
+            (413,),
+            "chunk_sizes",
+        ),
+        Case(
+            "serve check packing past 4096 tokens",
+            "/v1/rope/serve_check",
+            {"setup": rope, "length": 4096, "documents": [4096] * 64},
+            (422,),
+            "documents",
+        ),
+        Case(
+            "serve check of a 1e9-layer config",
+            "/v1/rope/serve_check",
+            {"setup": {"config": _layers(10**9), "layer": 0}, "length": 64},
+            (422,),
+            "num_hidden_layers",
+        ),
+        Case(
+            "serve check within the budget", "/v1/rope/serve_check", {"setup": rope, "length": 128}, (200,), seconds=4
+        ),
         # models
         Case("resolve 1024 layers", "/v1/models/resolve", {"config": _layers(1024)}, (200,)),
+        Case("a GGUF of 1e9 blocks", "/v1/models/gguf", {"metadata": _gguf(10**9)}, (422,), "llama.block_count"),
+        Case(
+            "a GGUF of 1024 blocks against a config of 1024 layers",
+            "/v1/models/gguf",
+            {"metadata": _gguf(1024), "against": _layers(1024)},
+            (200,),
+        ),
+        Case(
+            "a GGUF with 73,728 array values",
+            "/v1/models/gguf",
+            {"metadata": _gguf(32) | {f"llama.x{i}": list(range(8192)) for i in range(9)}},
+            (422,),
+            "metadata",
+        ),
+        Case(
+            "a GGUF against a config of 1e9 layers",
+            "/v1/models/gguf",
+            {"metadata": _gguf(32), "against": _layers(10**9)},
+            (422,),
+            "against.num_hidden_layers",
+        ),
         Case("resolve a preset", "/v1/models/resolve", {"preset": "deepseek-v3"}, (200,)),
         Case("convert 1024 layers", "/v1/models/convert", {"config": _layers(1024), "to": "v5"}, (200,)),
         Case(

@@ -67,6 +67,10 @@ def test_a_dropped_rope_tensor_draws_the_warning(client: TestClient, llama_gguf:
     assert not [w for w in without["warnings"] if w["code"].startswith("gguf_field")]  # nothing to compare with
 
 
+_LLAMA_HEADER = {"general.architecture": "llama", "llama.block_count": 2, "llama.attention.head_count": 4,
+                 "llama.embedding_length": 256}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("change", "status", "loc"),
     [
@@ -77,6 +81,10 @@ def test_a_dropped_rope_tensor_draws_the_warning(client: TestClient, llama_gguf:
          ["body", "metadata", "llama.x"]),
         ({"metadata": {f"k{i}": 1 for i in range(5000)}}, 422, ["body", "metadata"]),
         ({"tensors": {"output.weight": [1.0]}}, 422, ["body", "tensors", "output.weight"]),
+        # past a bound of the config it maps to: the error names the GGUF key, not the config's field
+        ({"metadata": _LLAMA_HEADER | {"llama.block_count": 10**9}}, 422, ["body", "metadata", "llama.block_count"]),
+        ({"metadata": _LLAMA_HEADER | {"llama.rope.dimension_count": 10**9}}, 422,
+         ["body", "metadata", "llama.rope.dimension_count"]),
         ({"against": {"hidden_size": 64, "num_hidden_layers": 2}}, 422, ["body", "against", "num_attention_heads"]),
         ({"against": "gpt-5"}, 404, None),
     ],
