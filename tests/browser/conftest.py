@@ -17,23 +17,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from posenc import runtime
 from posenc.settings import Settings
-from service.main import create_app
+from tests.helpers.threads import app_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("POSENC_CHROMIUM", "/usr/bin/chromium"))
@@ -139,19 +135,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         redis_url=None, api_keys=[API_KEY], rate_limit_per_minute=None, cors_origins=[], data_dir=None, data_dirs=[],
         state_dir=tmp_path_factory.mktemp("state"),
     )  # fmt: skip
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings=settings), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the gateway did not start in time"
-        assert thread.is_alive(), "the gateway stopped while starting"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with app_in_thread(settings) as url:
+        yield url
 
 
 @dataclass

@@ -5,21 +5,16 @@ GGUF, never a traceback."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import gguf
 import pytest
-import uvicorn
 from posenc_client.cli import main
 
-from posenc.real_models.gguf_files import llama3_factors
 from posenc.real_models.presets import PRESETS
 from posenc.settings import Settings
-from service.main import create_app
+from tests.helpers.gguf_writer import convert
+from tests.helpers.threads import app_in_thread
 
 LLAMA = PRESETS["llama-3.1-8b"]
 
@@ -30,37 +25,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         redis_url=None, api_keys=[], rate_limit_per_minute=None, cors_origins=[], data_dir=None, data_dirs=[],
         state_dir=tmp_path_factory.mktemp("state"),
     )  # fmt: skip
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings=settings), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the gateway did not start in time"
-        assert thread.is_alive(), "the gateway stopped while starting"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with app_in_thread(settings) as url:
+        yield url
 
 
 def write_llama(path: Path, *, rope_freqs: bool = True) -> Path:
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_context_length(LLAMA["max_position_embeddings"])
-    writer.add_embedding_length(LLAMA["hidden_size"])
-    writer.add_block_count(LLAMA["num_hidden_layers"])
-    writer.add_head_count(LLAMA["num_attention_heads"])
-    writer.add_head_count_kv(LLAMA["num_key_value_heads"])
-    writer.add_rope_freq_base(LLAMA["rope_theta"])
-    writer.add_rope_dimension_count(128)
-    if rope_freqs:
-        writer.add_tensor("rope_freqs.weight", llama3_factors(LLAMA["rope_theta"], 128, 8.0, 1.0, 4.0, 8192))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return convert(LLAMA, path, rope_freqs=rope_freqs)
 
 
 def doctor(gateway: str, *args: str) -> list[str]:

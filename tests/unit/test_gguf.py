@@ -4,7 +4,6 @@ them, read header-only, mapped back to a config, resolved per layer and compared
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +12,13 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-import torch
 from posenc_client._gguf import GgufReadError, read_gguf
 
 from posenc.errors import InvalidInput
 from posenc.real_models.configs import resolve_config
 from posenc.real_models.gguf_files import check_metadata, compare_with_config, config_from_gguf
 from posenc.real_models.presets import PRESETS
+from tests.helpers.gguf_writer import convert
 
 LAYER_FIELDS = ("layer_type", "method", "params", "head_dim", "rotary_dim", "rotary_slice", "pairing",
                 "attention_scale", "softmax_scale", "window", "mrope_section")  # fmt: skip
@@ -35,88 +34,6 @@ def read_metadata(path: Path) -> Header:
     """The header as the SDK reads it (what the CLI sends to POST /v1/models/gguf)."""
     header = read_gguf(path)
     return Header(header["metadata"], header["tensors"])
-
-
-def converter_llama3_factors(config: Mapping[str, Any], dim: int) -> torch.Tensor:
-    """llama.cpp's LlamaModel.generate_extra_tensors, restated: float32 frequencies, the original context from the
-    config's top level (8192 when absent, as for Llama 3.1, which keeps it in rope_scaling)."""
-    scaling = config["rope_scaling"]
-    base = config["rope_theta"]
-    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-    old = config.get("original_max_position_embeddings", 8192)
-    out = []
-    for freq in freqs.tolist():
-        wavelength = 2 * math.pi / freq
-        if wavelength < old / high:
-            out.append(1.0)
-        elif wavelength > old / low:
-            out.append(factor)
-        else:
-            smooth = (old / wavelength - low) / (high - low)
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return torch.tensor(out, dtype=torch.float32)
-
-
-def convert(
-    config: Mapping[str, Any],
-    path: Path,
-    *,
-    drop: Iterable[str] = (),
-    extra: Mapping[str, Any] | None = None,
-    rope_freqs: bool = True,
-    vocabulary: int = 0,
-    arch: str = "llama",
-) -> Path:
-    """``config`` written as llama.cpp's convert_hf_to_gguf.py writes a text model's header (the keys, the
-    linear / YaRN scaling keys, the llama3 factors as the rope_freqs tensor), less the keys in ``drop`` (their
-    suffix after the architecture) and plus ``extra`` (full keys)."""
-    writer = gguf.GGUFWriter(path, arch)
-    head_dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
-    scaling = config.get("rope_scaling") or {}
-    values: dict[str, Any] = {
-        "context_length": ("uint32", config["max_position_embeddings"]),
-        "embedding_length": ("uint32", config["hidden_size"]),
-        "block_count": ("uint32", config["num_hidden_layers"]),
-        "attention.head_count": ("uint32", config["num_attention_heads"]),
-        "attention.head_count_kv": ("uint32", config["num_key_value_heads"]),
-        "rope.freq_base": ("float32", float(config["rope_theta"])),
-        "rope.dimension_count": ("uint32", head_dim),
-    }
-    if "head_dim" in config:
-        values["attention.key_length"] = ("uint32", head_dim)
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind in ("linear", "yarn"):
-        values["rope.scaling.type"] = ("string", kind)
-        values["rope.scaling.factor"] = ("float32", float(scaling["factor"]))
-    if kind == "yarn":
-        values["rope.scaling.original_context_length"] = ("uint32", scaling["original_max_position_embeddings"])
-        for name in ("beta_fast", "beta_slow"):
-            if name in scaling:
-                values[f"rope.scaling.yarn_{name}"] = ("float32", float(scaling[name]))
-    if config.get("sliding_window"):
-        values["attention.sliding_window"] = ("uint32", config["sliding_window"])
-    for suffix, (kind_name, value) in values.items():
-        if suffix not in drop:
-            getattr(writer, f"add_{kind_name}")(f"{arch}.{suffix}", value)
-    for key, value in (extra or {}).items():
-        if isinstance(value, str):
-            writer.add_string(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        else:
-            writer.add_uint32(key, value)
-    if vocabulary:
-        writer.add_token_list([f"token{i}" for i in range(vocabulary)])
-        writer.add_token_types([1] * vocabulary)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float16))
-    if rope_freqs and kind == "llama3":
-        writer.add_tensor("rope_freqs.weight", converter_llama3_factors(config, head_dim).numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def assert_same_layers(config: Mapping[str, Any], other: Mapping[str, Any]) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import gguf
 import pytest
 from posenc_client._gguf import read_gguf
 from starlette.testclient import TestClient
 
-from posenc.real_models.gguf_files import llama3_factors
 from posenc.real_models.presets import PRESETS
+from tests.helpers.gguf_writer import convert
 
 LLAMA = PRESETS["llama-3.1-8b"]
 
@@ -20,21 +19,7 @@ LLAMA = PRESETS["llama-3.1-8b"]
 @pytest.fixture
 def llama_gguf(tmp_path: Path) -> dict[str, Any]:
     """Llama 3.1 8B's header as llama.cpp's converter writes it (the llama3 factors as rope_freqs.weight)."""
-    path = tmp_path / "llama.gguf"
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_context_length(LLAMA["max_position_embeddings"])
-    writer.add_embedding_length(LLAMA["hidden_size"])
-    writer.add_block_count(LLAMA["num_hidden_layers"])
-    writer.add_head_count(LLAMA["num_attention_heads"])
-    writer.add_head_count_kv(LLAMA["num_key_value_heads"])
-    writer.add_rope_freq_base(LLAMA["rope_theta"])
-    writer.add_rope_dimension_count(128)
-    writer.add_tensor("rope_freqs.weight", llama3_factors(LLAMA["rope_theta"], 128, 8.0, 1.0, 4.0, 8192))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return read_gguf(path)
+    return read_gguf(convert(LLAMA, tmp_path / "llama.gguf"))
 
 
 def test_a_gguf_resolves_to_its_configs_layers_and_compares_clean(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from posenc.real_models.presets import PRESETS
+from tests.helpers.gguf_writer import convert
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -51,29 +52,6 @@ def test_the_readme_python_example_runs_as_written(compute_gateway: Any, tmp_pat
     assert lines[2].startswith("deepseek rotates [128, 192] softmax scale 0.1352")
 
 
-def llama_gguf(path: Path) -> Path:
-    """Llama 3.1 8B's rope metadata as llama.cpp's converter writes it (the llama3 factors as rope_freqs)."""
-    import gguf
-
-    from posenc.real_models.gguf_files import llama3_factors
-
-    llama = PRESETS["llama-3.1-8b"]
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_context_length(llama["max_position_embeddings"])
-    writer.add_embedding_length(llama["hidden_size"])
-    writer.add_block_count(llama["num_hidden_layers"])
-    writer.add_head_count(llama["num_attention_heads"])
-    writer.add_head_count_kv(llama["num_key_value_heads"])
-    writer.add_rope_freq_base(llama["rope_theta"])
-    writer.add_rope_dimension_count(128)
-    writer.add_tensor("rope_freqs.weight", llama3_factors(llama["rope_theta"], 128, 8.0, 1.0, 4.0, 8192))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def test_the_readme_cli_examples_run_as_written(compute_gateway: Any, tmp_path: Path) -> None:
     [block] = readme_blocks("bash")
     commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
@@ -81,7 +59,7 @@ def test_the_readme_cli_examples_run_as_written(compute_gateway: Any, tmp_path: 
         ["posenc-client", "rope", "serve-check"]
     ]
     (tmp_path / "config.json").write_text(json.dumps(buggy_gemma_config()))
-    llama_gguf(tmp_path / "model.gguf")
+    convert(PRESETS["llama-3.1-8b"], tmp_path / "model.gguf")
     outputs = []
     for command in commands:
         argv = [CLI, "--base-url", compute_gateway.url, *shlex.split(command)[1:]]
