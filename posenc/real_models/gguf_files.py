@@ -28,6 +28,7 @@ import numpy as np
 from gguf.constants import Keys
 
 from posenc.errors import FieldErrors, InvalidInput, located
+from posenc.pe.registry import get_method
 from posenc.real_models.configs import (
     ROPE_TYPE_METHODS,
     ConfigWarning,
@@ -86,8 +87,19 @@ GGUF_KEYS: dict[str, str] = {
     "attention_factor": Keys.Rope.SCALING_YARN_ATTN_FACTOR,
     "beta_fast": Keys.Rope.SCALING_YARN_BETA_FAST,
     "beta_slow": Keys.Rope.SCALING_YARN_BETA_SLOW,
-    "mscale_all_dim": Keys.Rope.SCALING_YARN_LOG_MUL,  # written as 0.1 · mscale_all_dim
+    "mscale_all_dim": Keys.Rope.SCALING_YARN_LOG_MUL,  # 0.1 · mscale_all_dim for deepseek2 (LOG_MUL_TENTHS_ARCHS)
+    # MLA (DeepSeek-V2/V3 and the models converted as deepseek2): the rotated part is rope.dimension_count
+    "kv_lora_rank": Keys.Attention.KV_LORA_RANK,
+    "q_lora_rank": Keys.Attention.Q_LORA_RANK,
+    "qk_head_dim": Keys.Attention.KEY_LENGTH_MLA,  # qk_nope_head_dim + qk_rope_head_dim (key_length before it)
+    "v_head_dim": Keys.Attention.VALUE_LENGTH_MLA,
 }
+# Architectures whose converter writes rope.scaling.yarn_log_mul as 0.1 · mscale_all_dim and whose loader divides
+# it back (llama.cpp's DeepseekV2Model in convert_hf_to_gguf.py and its deepseek2 loader,
+# "[TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]", ggml-org/llama.cpp#17945); elsewhere llama.cpp reads the value as
+# mscale_all_dim itself. llama.cpp has no key for mscale: it takes mscale = mscale_all_dim for these architectures
+# and 1 elsewhere (src/llama-context.cpp: "here we assume mscale == 1.0f", DeepSeek-V2 special-cased).
+LOG_MUL_TENTHS_ARCHS = frozenset({"deepseek2"})
 # older or other spellings of the same fields: found in a GGUF, they are a rename llama.cpp does not read
 GGUF_OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {
     "factor": ("{arch}.rope.scale_linear",),  # llama.cpp before rope.scaling.*
@@ -212,11 +224,15 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
             origins[name] = origin or keys[name]
 
     for name in ("num_hidden_layers", "hidden_size", "max_position_embeddings", "num_attention_heads",
-                 "num_key_value_heads", "head_dim", "sliding_window"):  # fmt: skip
+                 "num_key_value_heads", "sliding_window"):  # fmt: skip
         put(name, _number(metadata, keys[name], integer=True))
     put("rope_theta", _number(metadata, keys["rope_theta"]))
     put("rope_local_base_freq", _number(metadata, keys["rope_local_base_freq"]))
-    _rotary_dim(metadata, keys, config, put)
+    if _number(metadata, keys["kv_lora_rank"], integer=True) is not None:
+        _mla_dims(metadata, keys, arch, put)
+    else:
+        put("head_dim", _number(metadata, keys["head_dim"], integer=True))
+        _rotary_dim(metadata, keys, config, put)
     _sliding_pattern(metadata, keys["sliding_window_pattern"], config, put)
     scaling, scaling_origins = _scaling(metadata, tensors, keys, config, notes)
     if scaling is not None:
@@ -231,6 +247,26 @@ def _rotary_dim(metadata: Mapping[str, Any], keys: Mapping[str, str], config: di
     head_dim = config.get("head_dim") or (hidden // heads if heads and hidden else None)
     if rotated is not None and rotated != head_dim:
         put("rotary_dim", rotated)
+
+
+def _mla_dims(metadata: Mapping[str, Any], keys: Mapping[str, str], arch: str, put: Any) -> None:
+    """An MLA model's head as DeepSeek's config spells it: rope.dimension_count rotated features
+    (qk_rope_head_dim) after qk_nope_head_dim unrotated ones. The whole query/key head is attention.key_length_mla
+    in GGUFs written since llama.cpp absorbed MLA (key_length is then kv_lora_rank + the rotated part), and
+    attention.key_length before."""
+    rotated = _number(metadata, keys["rotary_dim"], integer=True)
+    if rotated is None:
+        raise InvalidInput(("metadata", keys["rotary_dim"]), "is required for MLA (the rotated part of each head)")
+    whole_key = keys["qk_head_dim"] if keys["qk_head_dim"] in metadata else keys["head_dim"]
+    whole = _number(metadata, whole_key, integer=True)
+    if whole is None or whole < rotated:
+        raise InvalidInput(("metadata", whole_key), f"must hold the whole head (at least {rotated} features)")
+    put("qk_rope_head_dim", rotated, keys["rotary_dim"])
+    put("qk_nope_head_dim", whole - rotated, whole_key)
+    value_key = keys["v_head_dim"] if keys["v_head_dim"] in metadata else Keys.Attention.VALUE_LENGTH.format(arch=arch)
+    put("v_head_dim", _number(metadata, value_key, integer=True), value_key)
+    put("kv_lora_rank", _number(metadata, keys["kv_lora_rank"], integer=True))
+    put("q_lora_rank", _number(metadata, keys["q_lora_rank"], integer=True))
 
 
 def _sliding_pattern(metadata: Mapping[str, Any], key: str, config: dict[str, Any], put: Any) -> None:
@@ -281,7 +317,10 @@ def _scaling(
             )
         log_mul = _number(metadata, keys["mscale_all_dim"])
         if log_mul is not None and scaling["rope_type"] == "yarn":
-            scaling["mscale_all_dim"], origins["mscale_all_dim"] = log_mul / 0.1, keys["mscale_all_dim"]
+            tenths = metadata[Keys.General.ARCHITECTURE] in LOG_MUL_TENTHS_ARCHS
+            mscale_all_dim = float(np.float32(log_mul / np.float32(0.1))) if tenths else log_mul
+            scaling["mscale_all_dim"], origins["mscale_all_dim"] = mscale_all_dim, keys["mscale_all_dim"]
+            scaling["mscale"], origins["mscale"] = (mscale_all_dim if tenths else 1.0), keys["mscale_all_dim"]
         if scaling["rope_type"] == "longrope":
             for name, tensor in (
                 ("long_factor", "rope_factors_long.weight"),
@@ -382,6 +421,8 @@ def _v4_fields(config: Mapping[str, Any]) -> dict[str, Any]:
     for name in COMPARED_FIELDS:
         source, key = (scaling, name.split(".", 1)[1]) if name.startswith("rope_scaling.") else (text, name)
         value = source.get(key) if isinstance(source, Mapping) else None
+        if value is None and name == "rope_scaling.rope_type" and isinstance(scaling, Mapping):
+            value = scaling.get("type")  # the v4 dialect's older spelling (DeepSeek-V3's config.json)
         if value is not None:
             fields[name] = value
     fields.setdefault("rope_scaling.rope_type", "default")
@@ -490,6 +531,11 @@ def _layer_differences(config_layers: Sequence[LayerRope], gguf_layers: Sequence
     groups: dict[str, tuple[list[int], dict[str, Any], dict[str, Any]]] = {}
     for ours, theirs in zip(config_layers, gguf_layers, strict=True):
         a, b = ours.to_json(), theirs.to_json()
+        if a["method"] == b["method"] and a["method"] is not None:  # a param left at its default is the same value
+            a["params"], b["params"] = (
+                _with_defaults(a["method"], a["params"]),
+                _with_defaults(b["method"], b["params"]),
+            )
         differing = [name for name in LAYER_FIELDS if not _same_layer_value(a[name], b[name])]
         if differing:
             left, right = {name: a[name] for name in differing}, {name: b[name] for name in differing}
@@ -504,6 +550,11 @@ def _layer_differences(config_layers: Sequence[LayerRope], gguf_layers: Sequence
         )
         for layers, left, right in groups.values()
     ]
+
+
+def _with_defaults(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with every default of ``method``'s params filled in (as the method runs them)."""
+    return get_method(method).parse_params(params).model_dump()
 
 
 def _same_layer_value(a: Any, b: Any) -> bool:

@@ -44,13 +44,20 @@ def convert(
     rope_freqs: bool = True,
     vocabulary: int = 0,
     arch: str = "llama",
+    mla_absorbed: bool = True,
 ) -> Path:
     """``config`` written as llama.cpp's convert_hf_to_gguf.py writes a text model's header (the keys, the
     linear / YaRN scaling keys, the llama3 factors as the rope_freqs tensor), less the keys in ``drop`` (their
-    suffix after the architecture) and plus ``extra`` (full keys)."""
+    suffix after the architecture) and plus ``extra`` (full keys).
+
+    An MLA config (``qk_rope_head_dim``) is written as DeepseekV2Model writes it: the rotated part as
+    rope.dimension_count, the LoRA ranks, YaRN's mscale_all_dim as yarn_log_multiplier = 0.1 · mscale_all_dim; with
+    ``mla_absorbed`` (converters since llama.cpp absorbed MLA) one KV head, key_length = kv_lora_rank + the rotated
+    part and the whole head as key_length_mla, else the whole head as key_length."""
     writer = gguf.GGUFWriter(path, arch)
     head_dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
     scaling = config.get("rope_scaling") or {}
+    mla = "qk_rope_head_dim" in config
     values: dict[str, Any] = {
         "context_length": ("uint32", config["max_position_embeddings"]),
         "embedding_length": ("uint32", config["hidden_size"]),
@@ -62,6 +69,29 @@ def convert(
     }
     if "head_dim" in config:
         values["attention.key_length"] = ("uint32", head_dim)
+    if mla:
+        rope, whole = config["qk_rope_head_dim"], config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+        values |= {
+            "rope.dimension_count": ("uint32", rope),
+            "attention.kv_lora_rank": ("uint32", config["kv_lora_rank"]),
+        }
+        if config.get("q_lora_rank"):
+            values["attention.q_lora_rank"] = ("uint32", config["q_lora_rank"])
+        if mla_absorbed:
+            values |= {
+                "attention.head_count_kv": ("uint32", 1),
+                "attention.key_length": ("uint32", config["kv_lora_rank"] + rope),
+                "attention.value_length": ("uint32", config["kv_lora_rank"]),
+                "attention.key_length_mla": ("uint32", whole),
+                "attention.value_length_mla": ("uint32", config["v_head_dim"]),
+            }
+        else:
+            values |= {
+                "attention.key_length": ("uint32", whole),
+                "attention.value_length": ("uint32", config["v_head_dim"]),
+            }
+        if "mscale_all_dim" in scaling:
+            values["rope.scaling.yarn_log_multiplier"] = ("float32", 0.1 * scaling["mscale_all_dim"])
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind in ("linear", "yarn"):
         values["rope.scaling.type"] = ("string", kind)

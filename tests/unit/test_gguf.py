@@ -119,6 +119,59 @@ YARN_QWEN3 = PRESETS["qwen3-8b"] | {
 }
 
 
+# DeepSeek-V3's config.json: the preset's rope fields with its MLA ranks
+DEEPSEEK_V3 = PRESETS["deepseek-v3"] | {"kv_lora_rank": 512, "q_lora_rank": 1536}
+
+
+@pytest.mark.parametrize("absorbed", [True, False], ids=["key_length_mla", "key_length"])
+def test_deepseek_v3_converted_resolves_to_the_configs_layers(tmp_path: Path, absorbed: bool) -> None:
+    """MLA's head from its GGUF keys (rope.dimension_count rotated after the rest of key_length_mla, or of
+    key_length in GGUFs written before llama.cpp absorbed MLA), and YaRN's mscale_all_dim from yarn_log_mul,
+    which deepseek2's converter writes as 0.1 · mscale_all_dim. Was a 422: the GGUF's config had mscale_all_dim
+    without mscale, and a head of key_length = 576 features."""
+    path = convert(DEEPSEEK_V3, tmp_path / "ds.gguf", arch="deepseek2", mla_absorbed=absorbed)
+    header = read_metadata(path)
+    converted = config_from_gguf(header.metadata, header.tensors).config
+    assert (converted["qk_rope_head_dim"], converted["qk_nope_head_dim"], converted["v_head_dim"]) == (64, 128, 128)
+    assert converted["rope_scaling"]["mscale_all_dim"] == converted["rope_scaling"]["mscale"] == 1.0
+    assert_same_layers(DEEPSEEK_V3, converted)
+    assert compare_with_config(header.metadata, header.tensors, DEEPSEEK_V3) == []
+    # without beta_fast / beta_slow: both dropped, and the layers the same (32 and 1 are YaRN's defaults)
+    betas = ["rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow"]
+    header = read_metadata(convert(DEEPSEEK_V3, tmp_path / "b.gguf", arch="deepseek2", drop=betas))
+    warnings = compare_with_config(header.metadata, header.tensors, DEEPSEEK_V3)
+    assert codes(warnings) == ["gguf_field_dropped"] * 2
+    assert sorted(w.evidence["field"] for w in warnings) == ["rope_scaling.beta_fast", "rope_scaling.beta_slow"]
+
+
+def test_an_mscale_llama_cpp_cannot_hold_is_a_change_and_a_layer_difference(tmp_path: Path) -> None:
+    """llama.cpp has no key for mscale: for deepseek2 it takes mscale = mscale_all_dim. A config whose mscale
+    differs is run differently there: the warning gives both values, and the layers' attention scales differ."""
+    config = copy.deepcopy(DEEPSEEK_V3)
+    config["rope_scaling"] |= {"mscale": 1.0, "mscale_all_dim": 0.707}
+    header = read_metadata(convert(config, tmp_path / "ds.gguf", arch="deepseek2"))
+    warnings = compare_with_config(header.metadata, header.tensors, config)
+    [changed] = [w for w in warnings if w.code == "gguf_field_changed"]
+    assert changed.evidence["field"] == "rope_scaling.mscale"
+    assert changed.evidence["config"] == 1.0
+    assert changed.evidence["gguf"] == pytest.approx(0.707, rel=1e-6)
+    assert changed.evidence["gguf_key"] == "deepseek2.rope.scaling.yarn_log_multiplier"
+    assert "gguf_layers_differ" in codes(warnings)
+
+
+def test_yarn_log_mul_is_mscale_all_dim_itself_outside_deepseek2() -> None:
+    """Only deepseek2's converter writes a tenth of mscale_all_dim; llama.cpp reads the key as mscale_all_dim
+    elsewhere (Mistral's converter writes 1.0 or 0.0), with mscale 1."""
+    metadata = {
+        "general.architecture": "mistral3", "mistral3.block_count": 2, "mistral3.embedding_length": 256,
+        "mistral3.attention.head_count": 4, "mistral3.rope.freq_base": 1e6, "mistral3.rope.scaling.type": "yarn",
+        "mistral3.rope.scaling.factor": 16.0, "mistral3.rope.scaling.original_context_length": 16384,
+        "mistral3.rope.scaling.yarn_log_multiplier": 1.0,
+    }  # fmt: skip
+    scaling = config_from_gguf(metadata).config["rope_scaling"]
+    assert (scaling["mscale_all_dim"], scaling["mscale"]) == (1.0, 1.0)
+
+
 def test_a_dropped_yarn_factor_draws_the_warning(tmp_path: Path) -> None:
     header = read_metadata(convert(YARN_QWEN3, tmp_path / "qwen.gguf", drop=["rope.scaling.factor"], arch="qwen3"))
     converted = config_from_gguf(header.metadata, header.tensors)
