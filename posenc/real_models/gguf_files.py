@@ -94,6 +94,12 @@ GGUF_KEYS: dict[str, str] = {
     "qk_head_dim": Keys.Attention.KEY_LENGTH_MLA,  # qk_nope_head_dim + qk_rope_head_dim (key_length before it)
     "v_head_dim": Keys.Attention.VALUE_LENGTH_MLA,
 }
+# What llama.cpp's loader takes for an architecture when the GGUF has no key for the field (src/llama-model.cpp):
+# Gemma 3's sliding layers every 6th layer global, at base 10000 and unscaled (set_swa_pattern(6),
+# rope_freq_base_train_swa = 10000, rope_freq_scale_train_swa = 1), as Hugging Face's Gemma 3 runs them
+LLAMA_CPP_ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"sliding_window_pattern": 6, "rope_local_base_freq": 10000.0},
+}
 # Architectures whose converter writes rope.scaling.yarn_log_mul as 0.1 · mscale_all_dim and whose loader divides
 # it back (llama.cpp's DeepseekV2Model in convert_hf_to_gguf.py and its deepseek2 loader,
 # "[TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]", ggml-org/llama.cpp#17945); elsewhere llama.cpp reads the value as
@@ -234,6 +240,9 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
         put("head_dim", _number(metadata, keys["head_dim"], integer=True))
         _rotary_dim(metadata, keys, config, put)
     _sliding_pattern(metadata, keys["sliding_window_pattern"], config, put)
+    for name, value in LLAMA_CPP_ARCH_DEFAULTS.get(arch, {}).items():
+        if name not in config and not (name == "sliding_window_pattern" and "layer_types" in config):
+            put(name, value)  # its origin: the key llama.cpp would have read
     scaling, scaling_origins = _scaling(metadata, tensors, keys, config, notes)
     if scaling is not None:
         config["rope_scaling"] = scaling
@@ -462,10 +471,11 @@ def compare_with_config(
         key = converted.origins.get(name) or _expected_key(name, short, arch, llama3)
         evidence = {"field": name, "config": wanted, "gguf": got, "gguf_key": key}
         if got is not None:
+            where = key if key in metadata or key in (tensors or {}) else f"llama.cpp's {arch} default: no {key}"
             warnings.append(
                 ConfigWarning(
                     "gguf_field_changed",
-                    f"{name} is {wanted!r} in the config and {got!r} in the GGUF ({key}).",
+                    f"{name} is {wanted!r} in the config and {got!r} in the GGUF ({where}).",
                     [],
                     evidence,
                 )

@@ -159,6 +159,28 @@ def test_an_mscale_llama_cpp_cannot_hold_is_a_change_and_a_layer_difference(tmp_
     assert "gguf_layers_differ" in codes(warnings)
 
 
+def test_gemma_3_without_swa_keys_resolves_as_llama_cpp_runs_it(tmp_path: Path) -> None:
+    """Gemma 3's converter writes neither rope.freq_base_swa nor the sliding pattern: llama.cpp's gemma3 loader
+    takes every 6th layer global and the sliding layers at base 10000, unscaled. Mapped so, the GGUF resolves to
+    the config's layers (was: a dropped rope_local_base_freq and 29 layers read as global); a config whose local
+    base is not 10000 draws the change, naming the default."""
+    text = PRESETS["gemma-3-4b"]["text_config"]
+    header = read_metadata(convert(text, tmp_path / "gemma.gguf", arch="gemma3"))
+    assert "gemma3.rope.freq_base_swa" not in header.metadata
+    assert "gemma3.attention.sliding_window_pattern" not in header.metadata
+    converted = config_from_gguf(header.metadata).config
+    assert_same_layers(PRESETS["gemma-3-4b"], converted)
+    assert compare_with_config(header.metadata, header.tensors, PRESETS["gemma-3-4b"]) == []
+    other = {"model_type": "gemma3", "text_config": text | {"rope_local_base_freq": 20000.0}}
+    header = read_metadata(convert(other["text_config"], tmp_path / "other.gguf", arch="gemma3"))
+    warnings = compare_with_config(header.metadata, header.tensors, other)
+    [changed] = [w for w in warnings if w.code == "gguf_field_changed"]
+    assert (changed.evidence["config"], changed.evidence["gguf"]) == (20000.0, 10000.0)
+    assert "llama.cpp's gemma3 default" in changed.message
+    [differ] = [w for w in warnings if w.code == "gguf_layers_differ"]
+    assert len(differ.layers) == 29  # the sliding layers: 34 less every 6th
+
+
 def test_yarn_log_mul_is_mscale_all_dim_itself_outside_deepseek2() -> None:
     """Only deepseek2's converter writes a tenth of mscale_all_dim; llama.cpp reads the key as mscale_all_dim
     elsewhere (Mistral's converter writes 1.0 or 0.0), with mscale 1."""
