@@ -94,12 +94,21 @@ GGUF_KEYS: dict[str, str] = {
     "qk_head_dim": Keys.Attention.KEY_LENGTH_MLA,  # qk_nope_head_dim + qk_rope_head_dim (key_length before it)
     "v_head_dim": Keys.Attention.VALUE_LENGTH_MLA,
 }
-# What llama.cpp's loader takes for an architecture when the GGUF has no key for the field (src/llama-model.cpp):
-# Gemma 3's sliding layers every 6th layer global, at base 10000 and unscaled (set_swa_pattern(6),
-# rope_freq_base_train_swa = 10000, rope_freq_scale_train_swa = 1), as Hugging Face's Gemma 3 runs them
+# What llama.cpp's loader takes for an architecture when the GGUF has no key for the field (src/llama-model.cpp,
+# src/models/*.cpp): Gemma 3's sliding layers every 6th layer global, at base 10000 and unscaled
+# (set_swa_pattern(6), rope_freq_base_train_swa = 10000, rope_freq_scale_train_swa = 1); SmolLM3's and Llama 4's
+# NoPE layers every 4th (n_no_rope_layer_step = 4, which no GGUF key sets); Llama 4's 8192-token chunks and its
+# query temperature (n_attn_temp_floor_scale 8192, f_attn_temp_scale 0.1, offset 1). The Hugging Face fields
+# they are, by each config's own names.
 LLAMA_CPP_ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"sliding_window_pattern": 6, "rope_local_base_freq": 10000.0},
-}
+    "smollm3": {"no_rope_layer_interval": 4},
+    "llama4": {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
+               "floor_scale": 8192, "attn_scale": 0.1},
+}  # fmt: skip
+# ... unless this field is in the GGUF as 0 (Llama 4: attention.sliding_window = 0 turns them all off)
+LLAMA_CPP_DEFAULTS_OFF: dict[str, str] = {"llama4": "sliding_window"}
+NO_KEY = "(no GGUF key)"  # the origin of a default that no key of the file could have set
 # Architectures whose converter writes rope.scaling.yarn_log_mul as 0.1 · mscale_all_dim and whose loader divides
 # it back (llama.cpp's DeepseekV2Model in convert_hf_to_gguf.py and its deepseek2 loader,
 # "[TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]", ggml-org/llama.cpp#17945); elsewhere llama.cpp reads the value as
@@ -231,7 +240,8 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
 
     for name in ("num_hidden_layers", "hidden_size", "max_position_embeddings", "num_attention_heads",
                  "num_key_value_heads", "sliding_window"):  # fmt: skip
-        put(name, _number(metadata, keys[name], integer=True))
+        value = _number(metadata, keys[name], integer=True)
+        put(name, None if name == "sliding_window" and value == 0 else value)  # a window of 0: none
     put("rope_theta", _number(metadata, keys["rope_theta"]))
     put("rope_local_base_freq", _number(metadata, keys["rope_local_base_freq"]))
     if _number(metadata, keys["kv_lora_rank"], integer=True) is not None:
@@ -240,9 +250,11 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
         put("head_dim", _number(metadata, keys["head_dim"], integer=True))
         _rotary_dim(metadata, keys, config, put)
     _sliding_pattern(metadata, keys["sliding_window_pattern"], config, put)
-    for name, value in LLAMA_CPP_ARCH_DEFAULTS.get(arch, {}).items():
+    switch = LLAMA_CPP_DEFAULTS_OFF.get(arch)
+    defaults = {} if switch is not None and metadata.get(keys[switch]) == 0 else LLAMA_CPP_ARCH_DEFAULTS.get(arch, {})
+    for name, value in defaults.items():
         if name not in config and not (name == "sliding_window_pattern" and "layer_types" in config):
-            put(name, value)  # its origin: the key llama.cpp would have read
+            put(name, value, keys.get(name, NO_KEY))  # the key llama.cpp would have read, if there is one
     scaling, scaling_origins = _scaling(metadata, tensors, keys, config, notes)
     if scaling is not None:
         config["rope_scaling"] = scaling
@@ -471,7 +483,11 @@ def compare_with_config(
         key = converted.origins.get(name) or _expected_key(name, short, arch, llama3)
         evidence = {"field": name, "config": wanted, "gguf": got, "gguf_key": key}
         if got is not None:
-            where = key if key in metadata or key in (tensors or {}) else f"llama.cpp's {arch} default: no {key}"
+            where = (
+                key
+                if key in metadata or key in (tensors or {})
+                else f"llama.cpp's {arch} default" + ("; no GGUF key sets it" if key == NO_KEY else f": no {key}")
+            )
             warnings.append(
                 ConfigWarning(
                     "gguf_field_changed",

@@ -181,6 +181,38 @@ def test_gemma_3_without_swa_keys_resolves_as_llama_cpp_runs_it(tmp_path: Path) 
     assert len(differ.layers) == 29  # the sliding layers: 34 less every 6th
 
 
+@pytest.mark.parametrize(
+    ("preset", "arch", "nope"),
+    [("smollm3-3b", "smollm3", 9), ("llama-4-scout-17b-16e", "llama4", 12)],
+)
+def test_nope_layers_no_key_sets_resolve_as_llama_cpp_runs_them(
+    tmp_path: Path, preset: str, arch: str, nope: int
+) -> None:
+    """llama.cpp's smollm3 and llama4 graphs skip RoPE on every 4th layer (n_no_rope_layer_step = 4, no GGUF
+    key), and Llama 4's also chunks attention by 8192 and scales queries by its temperature: mapped so, the GGUF
+    resolves to the config's layers (was: every layer rotated, 9 and 12 layers differing)."""
+    config = PRESETS[preset]
+    text = config.get("text_config", config)
+    header = read_metadata(convert(text, tmp_path / f"{arch}.gguf", arch=arch))
+    converted = config_from_gguf(header.metadata, header.tensors).config
+    assert converted["no_rope_layer_interval"] == 4
+    assert sum(layer.method is None for layer in resolve_config(converted).layers) == nope
+    assert_same_layers(config, converted)
+    assert compare_with_config(header.metadata, header.tensors, config) == []
+
+
+def test_llama_4_with_a_zero_window_has_no_nope_layers() -> None:
+    """llama.cpp's llama4 loader: attention.sliding_window = 0 means no chunks, and RoPE on every layer."""
+    metadata = {
+        "general.architecture": "llama4", "llama4.block_count": 8, "llama4.embedding_length": 512,
+        "llama4.attention.head_count": 4, "llama4.rope.freq_base": 5e5, "llama4.attention.sliding_window": 0,
+    }  # fmt: skip
+    converted = config_from_gguf(metadata).config
+    assert "no_rope_layer_interval" not in converted
+    assert "attention_chunk_size" not in converted
+    assert all(layer.method == "rope" for layer in resolve_config(converted).layers)
+
+
 def test_yarn_log_mul_is_mscale_all_dim_itself_outside_deepseek2() -> None:
     """Only deepseek2's converter writes a tenth of mscale_all_dim; llama.cpp reads the key as mscale_all_dim
     elsewhere (Mistral's converter writes 1.0 or 0.0), with mscale 1."""
