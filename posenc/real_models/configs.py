@@ -93,10 +93,25 @@ INTERLEAVED_MODEL_TYPES = frozenset(
 )  # fmt: skip
 # model types whose sliding-window layers are trained unscaled (their own θ), whatever the global layers use
 SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo3"})
-# model types whose v4 rope_scaling is the full-attention layers' only: the sliding layers rotate unscaled at
-# rope_theta (transformers' Olmo3Config puts rope_scaling into rope_parameters["full_attention"]; vLLM's olmo2/olmo3
-# "Rope scaling is only applied on full attention layers")
-FULL_ONLY_SCALING_MODEL_TYPES = frozenset({"olmo3"})
+
+
+@dataclass(frozen=True)
+class LayerTypeRope:
+    """How a model type's transformers config class fills its one rope dict per layer type
+    (``convert_rope_params_to_dict`` in configuration_gemma3.py / configuration_olmo3.py, transformers 5): a v4
+    rope_scaling goes to the full layers; a dict without rope_theta gets, for the full layers, the top-level
+    rope_theta (else ``full_theta``) and for the sliding layers ``sliding_theta_key``'s value (else
+    ``sliding_theta``); a flat v5 rope_parameters (not keyed by layer type) is not read at all."""
+
+    full_theta: float
+    sliding_theta: float
+    sliding_theta_key: str | None  # None: the class reads the top-level rope_theta once, for the full layers
+
+
+LAYER_TYPE_ROPE_MODEL_TYPES: dict[str, LayerTypeRope] = {
+    "gemma3_text": LayerTypeRope(1_000_000.0, 10_000.0, "rope_local_base_freq"),  # Gemma3TextConfig.default_theta
+    "olmo3": LayerTypeRope(500_000.0, 500_000.0, None),  # Olmo3Config.default_theta, for both
+}
 # model types whose MLA layers are trained without position (NoPE: transformers' attention code has no rotary
 # embedding), where vLLM rotates their rope part unless the config says mla_use_nope: true (Kimi Linear)
 NOPE_MLA_MODEL_TYPES = frozenset({"kimi_linear"})
@@ -372,19 +387,13 @@ def _rope_blocks(
         flat = _Block(read(RopeFields, given, (source,)), (source,))
         blocks = dict.fromkeys(present, flat)
     local_theta = text.rope_local_base_freq
-    if not nested and local_theta is not None and SLIDING in present and source == "rope_scaling":
+    by_type = LAYER_TYPE_ROPE_MODEL_TYPES.get(model_type or "")
+    if by_type is not None and SLIDING in present:
+        blocks = _class_blocks(text, by_type, blocks, source, nested, model_type, warnings)
+    elif not nested and local_theta is not None and SLIDING in present and source == "rope_scaling":
         # Gemma 3 (v4): sliding layers use their own θ, unscaled; rope_scaling is the global layers'
         local = RopeFields(rope_type="default", rope_theta=local_theta)
         blocks[SLIDING] = _Block(local, (source,), theta_loc=("rope_local_base_freq",))
-    elif not nested and SLIDING in present and source == "rope_scaling" and model_type in FULL_ONLY_SCALING_MODEL_TYPES:
-        # Olmo 3 (v4): rope_scaling is the full-attention layers'; the sliding layers rotate unscaled at rope_theta
-        flat_block = blocks[SLIDING]
-        flat_theta = flat_block.fields.rope_theta if flat_block is not None else None
-        if flat_theta is None:
-            blocks[SLIDING] = _Block(RopeFields(rope_type="default"), (source,))
-        else:
-            local = RopeFields(rope_type="default", rope_theta=flat_theta)
-            blocks[SLIDING] = _Block(local, (source,), theta_loc=(source, "rope_theta"))
     for layer_type, block in blocks.items():
         if block is None:
             continue
@@ -400,7 +409,7 @@ def _rope_blocks(
                     {"layer_type": layer_type, "top_level_rope_theta": top_theta, "fallback": DEFAULT_THETA},
                 )
             )
-        elif not nested and source == "rope_parameters" and theta is not None and top_theta not in (None, theta):
+        elif not nested and by_type is None and source == "rope_parameters" and top_theta not in (None, theta):
             # (per layer type, each θ is its own: Gemma's sliding layers differ from the top level on purpose)
             warnings.append(
                 ConfigWarning(
@@ -412,6 +421,76 @@ def _rope_blocks(
                 )
             )
     return blocks, nested
+
+
+def _class_blocks(
+    text: TextFields,
+    by_type: LayerTypeRope,
+    blocks: dict[str, _Block | None],
+    source: str,
+    nested: bool,
+    model_type: str | None,
+    warnings: list[ConfigWarning],
+) -> dict[str, _Block | None]:
+    """The rope dicts of a model type whose transformers config class keys them by layer type
+    (``LAYER_TYPE_ROPE_MODEL_TYPES``), filled in as that class fills them: what transformers runs. A flat v5
+    rope_parameters, which the class never reads, is warned about (``flat_rope_parameters_ignored``), and so are
+    sliding layers that get the class's θ where the config's rope_theta was meant (``sliding_theta_default``)."""
+    full_given = text.rope_theta is not None
+    full_theta, full_loc = (text.rope_theta, ("rope_theta",)) if full_given else (by_type.full_theta, ("model_type",))
+    key = by_type.sliding_theta_key
+    sliding_theta, sliding_loc = by_type.sliding_theta, ("model_type",)
+    if key is not None and getattr(text, key) is not None:
+        sliding_theta, sliding_loc = getattr(text, key), (key,)
+    plain = {
+        FULL: _Block(RopeFields(rope_type="default", rope_theta=full_theta), (source,), full_loc),
+        SLIDING: _Block(RopeFields(rope_type="default", rope_theta=sliding_theta), (source,), sliding_loc),
+    }
+    if nested:
+        filled = dict(blocks)
+        for layer_type, block in blocks.items():
+            if block is not None and block.fields.rope_theta is None and layer_type in plain:
+                theta, loc = plain[layer_type].fields.rope_theta, plain[layer_type].theta_loc
+                filled[layer_type] = _Block(block.fields.model_copy(update={"rope_theta": theta}), block.loc, loc)
+    elif source == "rope_parameters":
+        filled = {layer_type: plain.get(layer_type, block) for layer_type, block in blocks.items()}
+        flat = (text.rope_parameters or {}) if blocks else {}
+        if flat:
+            warnings.append(
+                ConfigWarning(
+                    "flat_rope_parameters_ignored",
+                    f"{model_type}'s config class in transformers reads rope_parameters only per layer type "
+                    f"({{{FULL!r}: {{...}}, {SLIDING!r}: {{...}}}}): this flat rope_parameters is not read, and "
+                    f"every layer rotates with plain RoPE (full layers at θ = {full_theta:g}, sliding layers at "
+                    f"θ = {sliding_theta:g}). Resolved so; nest the dict under {FULL!r} to have it used.",
+                    [],
+                    {"ignored": dict(flat), "full_theta": full_theta, "sliding_theta": sliding_theta},
+                )
+            )
+    else:  # v4: rope_scaling is the full layers'
+        full = blocks.get(FULL)
+        filled = dict(blocks)
+        if full is not None and full.fields.rope_theta is None:
+            filled[FULL] = _Block(full.fields.model_copy(update={"rope_theta": full_theta}), full.loc, full_loc)
+        filled[SLIDING] = plain[SLIDING]
+    sliding = filled.get(SLIDING)
+    sliding_default = (
+        sliding.fields.rope_theta if sliding is not None and sliding.theta_loc == ("model_type",) else None
+    )
+    if key is None and full_given and sliding_default is not None and sliding_default != text.rope_theta:
+        warnings.append(
+            ConfigWarning(
+                "sliding_theta_default",
+                f"{model_type}'s config class in transformers reads rope_theta = {text.rope_theta:g} once, for "
+                f"the full-attention layers; the sliding layers, whose rope dict has no rope_theta, get the "
+                f"class default θ = {sliding_default:g}. Resolved so; give the sliding layers their "
+                f"own rope_theta (rope_parameters.{SLIDING}.rope_theta) if they were trained at "
+                f"{text.rope_theta:g}.",
+                [],
+                {"rope_theta": text.rope_theta, "sliding_theta": sliding_default},
+            )
+        )
+    return filled
 
 
 @dataclass(frozen=True)
@@ -958,6 +1037,14 @@ def _indexer(
     )
 
 
+def _sliding_theta_key(model_type: str | None) -> str:
+    """Where a model type's config gives the sliding layers' θ."""
+    by_type = LAYER_TYPE_ROPE_MODEL_TYPES.get(model_type or "")
+    if by_type is not None and by_type.sliding_theta_key is None:
+        return f"rope_parameters.{SLIDING}.rope_theta"
+    return "rope_local_base_freq"
+
+
 def _pattern_warnings(
     text: TextFields, model_type: str | None, layers: Sequence[LayerRope], nested: bool
 ) -> list[ConfigWarning]:
@@ -980,7 +1067,7 @@ def _pattern_warnings(
                 "sliding_layers_scaled",
                 f"the sliding-window layers get the global scaling ({first.method}, factor "
                 f"{first.params.get('factor')}); {model_type} trains them unscaled with their own rope_theta "
-                f"({'rope_theta' if model_type in FULL_ONLY_SCALING_MODEL_TYPES else 'rope_local_base_freq'}). {fix}",
+                f"({_sliding_theta_key(model_type)}). {fix}",
                 sliding_scaled,
                 {
                     "method": first.method,
@@ -1206,8 +1293,14 @@ def _convert_v5(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
     flat.setdefault("rope_theta", DEFAULT_THETA)
     if factor is not None:
         flat.setdefault("partial_rotary_factor", factor)
-    if SLIDING in types and local_theta is None and resolved.model_type in FULL_ONLY_SCALING_MODEL_TYPES:
-        local_theta = flat["rope_theta"]  # Olmo 3: the scaling is the full-attention layers'; sliding unscaled
+    by_type = LAYER_TYPE_ROPE_MODEL_TYPES.get(resolved.model_type or "")
+    if by_type is not None and SLIDING in types:
+        if source == "rope_parameters":
+            _refuse_ignored_flat(block, resolved)
+        # what the class fills in (LayerTypeRope): the θ each layer type resolved to
+        bases = {layer.layer_type: layer.params.get("base") for layer in resolved.layers if layer.method is not None}
+        flat["rope_theta"] = bases.get(FULL, flat["rope_theta"])
+        local_theta = bases.get(SLIDING, local_theta)
     if local_theta is not None and SLIDING in types:
         if "layer_types" not in text:
             text["layer_types"] = [layer.layer_type for layer in resolved.layers]
@@ -1221,10 +1314,25 @@ def _convert_v5(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
     return text
 
 
+def _refuse_ignored_flat(block: Any, resolved: ResolvedConfig) -> None:
+    """A flat rope_parameters of a model type whose config class reads them only per layer type (what the
+    warning flat_rope_parameters_ignored says) has no faithful conversion: refused at ("rope_parameters",)."""
+    types = {layer.layer_type for layer in resolved.layers}
+    nested = isinstance(block, Mapping) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
+    if block and not nested and SLIDING in types and resolved.model_type in LAYER_TYPE_ROPE_MODEL_TYPES:
+        raise InvalidInput(
+            ("rope_parameters",),
+            f"{resolved.model_type}'s config class in transformers does not read a flat rope_parameters (see the "
+            "warning flat_rope_parameters_ignored): nest it under 'full_attention' first; converting it would "
+            "change what the model runs or keep a dict that is never read",
+        )
+
+
 def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any]:
     block = text.pop("rope_parameters", None)
     if block is None:
         return text  # already v4 (or no rope dict at all)
+    _refuse_ignored_flat(block, resolved)
     where: Loc = ("rope_parameters",)
     nested = isinstance(block, Mapping) and bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)
     if nested:
@@ -1237,9 +1345,15 @@ def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any
                 ("rope_parameters", SLIDING), "v4 gives sliding layers only an unscaled θ (rope_local_base_freq)"
             )
         local_theta = sliding.get("rope_theta", DEFAULT_THETA)
-        full_only = resolved.model_type in FULL_ONLY_SCALING_MODEL_TYPES
-        if not (full_only and isinstance(full, Mapping) and full.get("rope_theta") == local_theta):
-            text["rope_local_base_freq"] = local_theta  # (Olmo 3: the sliding layers' θ is rope_theta itself)
+        by_type = LAYER_TYPE_ROPE_MODEL_TYPES.get(resolved.model_type or "")
+        if by_type is None or by_type.sliding_theta_key is not None:
+            text["rope_local_base_freq"] = local_theta
+        elif local_theta != by_type.sliding_theta:  # Olmo 3: v4 has no key for the sliding θ
+            raise InvalidInput(
+                ("rope_parameters", SLIDING, "rope_theta"),
+                f"{resolved.model_type} in v4 gives the sliding layers its config class's θ = "
+                f"{by_type.sliding_theta:g}; {local_theta:g} cannot be written in v4",
+            )
         block, where = full, ("rope_parameters", FULL)
     rope = _canonical_rope(block, where)
     text["rope_theta"] = rope.pop("rope_theta", text.get("rope_theta", DEFAULT_THETA))

@@ -21,8 +21,11 @@ API_KEY = "browser-test-key"  # the conftest's
 BASE = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "max_position_embeddings": 32768}
 GEMMA_TYPES = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
 # Gemma 3's sliding layers given the global linear factor (tests/unit/test_model_configs.py), and as published
+# Gemma 3 with the global linear factor on its sliding layers (v5, per layer type), and as published
+LINEAR = {"rope_type": "linear", "factor": 8.0}
 BUGGY = {**BASE, "model_type": "gemma3_text", "layer_types": GEMMA_TYPES, "sliding_window": 512,
-         "rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}  # fmt: skip
+         "rope_parameters": {"full_attention": {**LINEAR, "rope_theta": 1000000.0},
+                             "sliding_attention": {**LINEAR, "rope_theta": 10000.0}}}  # fmt: skip
 FIXED = {**BUGGY, "rope_parameters": {
     "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},

@@ -304,10 +304,12 @@ WARNING_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {**BASE, "rope_theta": 500000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
         {**BASE, "rope_theta": 500000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
     ),
-    "sliding_layers_scaled": (
+    # a flat v5 rope_parameters, which Gemma 3's config class never reads (the fix: one dict per layer type)
+    "flat_rope_parameters_ignored": (
         {
             **BASE,
             "model_type": "gemma3_text",
+            "head_dim": 128,  # (Gemma3TextConfig's default is 256, whatever the hidden size)
             "layer_types": GEMMA_TYPES,
             "sliding_window": 512,
             "rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
@@ -371,7 +373,7 @@ WARNING_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 # Gemma 3 in v5's per-layer-type form: the sliding layers' dict carrying the global factor (the bug), or default
 # with the local θ (published)
-WARNING_CASES["sliding_layers_scaled_per_layer_type"] = (
+WARNING_CASES["sliding_layers_scaled"] = (
     {
         **BASE,
         "model_type": "gemma3_text",
@@ -382,19 +384,54 @@ WARNING_CASES["sliding_layers_scaled_per_layer_type"] = (
             "sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0},
         },
     },
-    WARNING_CASES["sliding_layers_scaled"][1],
+    WARNING_CASES["flat_rope_parameters_ignored"][1],
 )
+# Olmo 3 (v4) at another θ: its config class gives the sliding layers its default 500000 (the fix: a θ per type)
+OLMO_TYPES = GEMMA_TYPES
+WARNING_CASES["sliding_theta_default"] = (
+    {**BASE, "model_type": "olmo3", "layer_types": OLMO_TYPES, "sliding_window": 512, "rope_theta": 2e6,
+     "rope_scaling": YARN_DICT},
+    {**BASE, "model_type": "olmo3", "layer_types": OLMO_TYPES, "sliding_window": 512,
+     "rope_parameters": {"full_attention": {**YARN_DICT, "rope_theta": 2e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 2e6}}},
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("code", sorted(WARNING_CASES))
 def test_each_warning_comes_from_the_config_with_the_bug_and_not_from_the_fixed_one(code: str) -> None:
     buggy, fixed = WARNING_CASES[code]
-    code = code.removesuffix("_per_layer_type")
     raised = [warning for warning in resolve_config(buggy).warnings if warning.code == code]
     assert len(raised) == 1, resolve_config(buggy).warnings
     assert raised[0].message
     assert raised[0].evidence
     assert code not in {warning.code for warning in resolve_config(fixed).warnings}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        WARNING_CASES["flat_rope_parameters_ignored"][0],
+        {**WARNING_CASES["flat_rope_parameters_ignored"][0], "rope_local_base_freq": 20000.0},
+        {**BASE, "model_type": "olmo3", "layer_types": OLMO_TYPES, "sliding_window": 512,
+         "rope_parameters": {**YARN_DICT, "rope_theta": 1e6}},
+        {**BASE, "model_type": "olmo3", "layer_types": OLMO_TYPES, "sliding_window": 512, "rope_theta": 2e6,
+         "rope_parameters": {**YARN_DICT, "rope_theta": 1e6}},
+        WARNING_CASES["sliding_theta_default"][0],
+        WARNING_CASES["sliding_theta_default"][1],
+    ],
+    ids=["gemma3-flat", "gemma3-flat-local", "olmo3-flat", "olmo3-flat-top-theta", "olmo3-v4", "olmo3-nested"],
+)  # fmt: skip
+def test_per_layer_type_config_classes_are_resolved_as_transformers_fills_them(config: dict[str, Any]) -> None:
+    """Gemma 3's and Olmo 3's config classes key the rope dicts by layer type: a flat v5 dict is not read (plain
+    RoPE at the class's θ), and Olmo 3's sliding layers take its default θ, not rope_theta. Resolved so: each
+    layer's frequencies and attention scale are the ones transformers' rotary embedding holds for its type."""
+    resolved = resolve_config(config)
+    rotary = hf_rotary(hf_text_config(config))
+    for layer in resolved.layers:
+        expected, scaling = hf_frequencies(rotary, layer.layer_type)
+        ours = our_inv_freq(layer).to(torch.float32)
+        torch.testing.assert_close(ours, expected.to(torch.float32), rtol=FLOAT32_POW, atol=0)
+        assert layer.attention_scale == pytest.approx(scaling, rel=1e-6), layer.layer
 
 
 def test_the_sliding_warning_names_the_sliding_layers_and_their_evidence() -> None:
@@ -515,6 +552,24 @@ def test_converting_a_per_layer_config_v4_cannot_hold_is_refused() -> None:
     with pytest.raises(InvalidInput) as raised:
         convert_config(config, "v4")
     assert raised.value.loc == ("rope_parameters", "sliding_attention")
+
+
+def test_converting_an_olmo3_config_keeps_what_transformers_runs_or_is_refused() -> None:
+    """Olmo 3 in v4 at θ = 2e6: transformers gives its sliding layers 500000, so v5 writes 500000 there (and back);
+    a v5 sliding θ other than 500000 has no v4 spelling; Gemma 3's flat v5 dict, which transformers never reads,
+    converts to neither dialect."""
+    v4_config = WARNING_CASES["sliding_theta_default"][0]
+    v5_config = convert_config(v4_config, "v5")
+    assert v5_config["rope_parameters"]["sliding_attention"] == {"rope_type": "default", "rope_theta": 500000.0}
+    for converted in (v5_config, convert_config(v5_config, "v4")):
+        assert resolve_config(converted).layers == resolve_config(v4_config).layers
+    with pytest.raises(InvalidInput) as raised:
+        convert_config(WARNING_CASES["sliding_theta_default"][1], "v4")
+    assert raised.value.loc == ("rope_parameters", "sliding_attention", "rope_theta")
+    for to in ("v4", "v5"):
+        with pytest.raises(InvalidInput) as raised:
+            convert_config(WARNING_CASES["flat_rope_parameters_ignored"][0], to)
+        assert raised.value.loc == ("rope_parameters",)
 
 
 # --------------------------------------------------------------------------------------------- diffusers

@@ -17,6 +17,18 @@ from posenc.real_models.presets import PRESETS
 JSON = {"Accept": "application/json"}
 
 
+def buggy_gemma(theta: float = 10000.0) -> dict[str, Any]:
+    """Gemma 3 (v5, per layer type) with the global linear factor on its sliding layers too."""
+    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
+    del text["rope_scaling"], text["rope_local_base_freq"]
+    linear = {"rope_type": "linear", "factor": 8.0}
+    text["rope_parameters"] = {
+        "full_attention": linear | {"rope_theta": 1000000.0},
+        "sliding_attention": linear | {"rope_theta": theta},
+    }
+    return {"model_type": "gemma3", "text_config": text}
+
+
 def test_the_presets_are_listed_and_each_resolves(client: TestClient) -> None:
     listed = client.get("/v1/models")
     assert listed.status_code == 200, listed.text
@@ -34,16 +46,29 @@ def test_the_presets_are_listed_and_each_resolves(client: TestClient) -> None:
 
 
 def test_a_buggy_config_resolves_with_its_warning(client: TestClient) -> None:
-    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
-    del text["rope_scaling"], text["rope_local_base_freq"]
-    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}  # flat: every layer
-    response = client.post("/v1/models/resolve", json={"config": {"model_type": "gemma3", "text_config": text}})
+    response = client.post("/v1/models/resolve", json={"config": buggy_gemma(theta=1000000.0)})
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["layers"][0]["method"] == "rope_linear"
     [warning] = [w for w in body["warnings"] if w["code"] == "sliding_layers_scaled"]
     assert warning["layers"][:5] == [0, 1, 2, 3, 4]
     assert warning["evidence"]["factor"] == 8.0
+
+
+def test_a_flat_rope_dict_gemma_never_reads_resolves_to_plain_rope_with_its_warning(client: TestClient) -> None:
+    """transformers' Gemma 3 config reads rope_parameters per layer type only: a flat dict is ignored there."""
+    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
+    del text["rope_scaling"], text["rope_local_base_freq"]
+    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+    response = client.post("/v1/models/resolve", json={"config": {"model_type": "gemma3", "text_config": text}})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [(layer["method"], layer["params"]["base"]) for layer in body["layers"][4:6]] == [
+        ("rope", 10000.0),
+        ("rope", 1000000.0),
+    ]
+    [warning] = [w for w in body["warnings"] if w["code"] == "flat_rope_parameters_ignored"]
+    assert warning["evidence"]["ignored"]["factor"] == 8.0
 
 
 @pytest.mark.parametrize(
@@ -135,11 +160,6 @@ def test_a_config_converts_between_dialects(client: TestClient) -> None:
 
 
 # ------------------------------------------------------------------------------------------- diagnostics
-def buggy_gemma() -> dict[str, Any]:
-    text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
-    del text["rope_scaling"], text["rope_local_base_freq"]
-    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0}
-    return {"model_type": "gemma3", "text_config": text}
 
 
 def test_compare_finds_where_gemmas_buggy_sliding_layer_parts_from_the_right_one(client: TestClient) -> None:

@@ -32,10 +32,14 @@ def readme_blocks(language: str) -> list[str]:
 
 
 def buggy_gemma_config() -> dict[str, Any]:
-    """Gemma 3 with a flat v5 rope_parameters: the global linear factor reaches the sliding layers."""
+    """Gemma 3 (v5, per layer type) with the global linear factor on its sliding layers too."""
     text = copy.deepcopy(PRESETS["gemma-3-4b"]["text_config"])
     del text["rope_scaling"], text["rope_local_base_freq"]
-    text["rope_parameters"] = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+    linear = {"rope_type": "linear", "factor": 8.0}
+    text["rope_parameters"] = {
+        "full_attention": linear | {"rope_theta": 1000000.0},
+        "sliding_attention": linear | {"rope_theta": 10000.0},
+    }
     return {"model_type": "gemma3", "text_config": text}
 
 
