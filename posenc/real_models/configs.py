@@ -148,7 +148,11 @@ V4_COMPRESSED_NOTE = (
 # config.json alone falls back to GENERIC_FALLBACKS and rotates something else (the "kwargs.setdefault" defaults of
 # transformers 5's configuration_<model>.py; Olmo3Config.default_theta)
 MODEL_TYPE_DEFAULTS: dict[str, dict[str, float | int]] = {
-    "qwen3_next": {"partial_rotary_factor": 0.25, "full_attention_interval": 4},
+    "qwen3_next": {"partial_rotary_factor": 0.25, "full_attention_interval": 4, "head_dim": 256},
+    "gemma": {"head_dim": 256},
+    "gemma2": {"head_dim": 256},
+    "gemma3_text": {"head_dim": 256},
+    "gpt_oss": {"head_dim": 64},
     "glm4_moe": {"partial_rotary_factor": 0.5},
     "glm4": {"partial_rotary_factor": 0.5},
     "glm": {"partial_rotary_factor": 0.5},
@@ -162,6 +166,7 @@ GENERIC_FALLBACKS = {
     "partial_rotary_factor": "1.0 (the whole head rotates)",
     "full_attention_interval": "none (every layer is full attention with RoPE)",
     "rope_theta": f"{DEFAULT_THETA:g}",
+    "head_dim": "hidden_size / num_attention_heads",
 }
 # model types whose attention multiplies the logits by 1 (q and k RMS-normalised per head; transformers' scaling=1.0)
 UNIT_SOFTMAX_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
@@ -668,6 +673,10 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
         return _resolve_regimes(text, model_type)
     heads = _required(text.num_attention_heads, "num_attention_heads")
     layers = _required(text.num_hidden_layers, "num_hidden_layers")
+    warnings: list[ConfigWarning] = []
+    text, filled = _model_defaults(text, model_type)
+    if filled:
+        warnings.append(_model_default_warning(model_type, filled))
     if text.head_dim is not None:
         head_dim = text.head_dim
     else:
@@ -682,10 +691,6 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
         head_dim = (text.qk_nope_head_dim or 0) + mla_rope
         if head_dim > MAX_HEAD_DIM:
             raise InvalidInput(("qk_nope_head_dim",), f"qk_nope_head_dim + qk_rope_head_dim must be <= {MAX_HEAD_DIM}")
-    warnings: list[ConfigWarning] = []
-    text, filled = _model_defaults(text, model_type)
-    if filled:
-        warnings.append(_model_default_warning(model_type, filled))
     types = _layer_types(text, layers)
     rotating = _rope_layers(text, layers)
     if text.mla_use_nope and mla_rope is not None:
@@ -962,6 +967,7 @@ def _model_defaults(text: TextFields, model_type: str | None) -> tuple[TextField
         and "partial_rotary_factor" not in given,
         "full_attention_interval": text.full_attention_interval is None and text.layer_types is None,
         "rope_theta": text.rope_theta is None and text.rope_local_base_freq is None and "rope_theta" not in given,
+        "head_dim": text.head_dim is None,
     }
     filled = {key: value for key, value in defaults.items() if missing[key]}
     return (text.model_copy(update=filled) if filled else text), filled

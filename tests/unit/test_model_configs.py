@@ -16,7 +16,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.compute import prepare
 from posenc.errors import FieldErrors, InvalidInput
-from posenc.real_models.configs import LayerRope, convert_config, resolve_config, text_config
+from posenc.real_models.configs import MODEL_TYPE_DEFAULTS, LayerRope, convert_config, resolve_config, text_config
 from posenc.real_models.presets import PRESETS
 from posenc.schemas.compute import RotaryRequest
 
@@ -439,6 +439,36 @@ def test_the_sliding_warning_names_the_sliding_layers_and_their_evidence() -> No
     [warning] = [w for w in resolve_config(buggy).warnings if w.code == "sliding_layers_scaled"]
     assert warning.layers == [0, 1, 2]
     assert warning.evidence["factor"] == 8.0
+
+
+@pytest.mark.parametrize(
+    ("model_type", "key"), [(t, k) for t, defaults in MODEL_TYPE_DEFAULTS.items() for k in defaults]
+)
+def test_every_model_type_default_is_the_one_its_transformers_config_class_fills_in(model_type: str, key: str) -> None:
+    text = CONFIG_MAPPING[model_type]().get_text_config()
+    if key == "full_attention_interval":  # consumed into layer_types: every n-th layer is full attention
+        interval = MODEL_TYPE_DEFAULTS[model_type][key]
+        expected = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(12)]
+        assert list(text.layer_types[:12]) == expected
+        return
+    value = getattr(text, key, None)
+    rope = getattr(text, "rope_parameters", None) or {}
+    if value is None:  # transformers 5 keeps rope_theta and partial_rotary_factor in the rope dict
+        value = rope.get(key, (rope.get("full_attention") or {}).get(key))
+    assert value == MODEL_TYPE_DEFAULTS[model_type][key]
+
+
+def test_a_gemma_config_without_head_dim_rotates_transformers_default_256() -> None:
+    """Gemma 3's config class fills head_dim = 256 whatever the hidden size (here 2304 / 8 = 288)."""
+    config = {**WARNING_CASES["sliding_layers_scaled"][1], "hidden_size": 2304}
+    config.pop("head_dim", None)
+    resolved = resolve_config(config)
+    assert {layer.head_dim for layer in resolved.layers} == {256}
+    assert "model_type_default" in {warning.code for warning in resolved.warnings}
+    rotary = hf_rotary(hf_text_config(config))
+    for layer in resolved.layers:
+        expected, _ = hf_frequencies(rotary, layer.layer_type)
+        assert our_inv_freq(layer).shape == expected.shape == (128,)
 
 
 def test_a_scaling_with_no_rope_theta_anywhere_resolves_to_the_default_base_as_transformers_does() -> None:
