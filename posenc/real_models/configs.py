@@ -667,6 +667,19 @@ def config_layer(config: Mapping[str, Any] | str, layer: int) -> LayerRope:
     return layers[layer]
 
 
+def requested_layer(method: str | None, config: Mapping[str, Any] | str | None, layer: int | None) -> LayerRope | None:
+    """The config layer a request names with ``config`` and ``layer`` (``config_layer``), or None for one that
+    names a ``method`` instead: the either/or of every setup (``/v1/rotary``, ``/v1/rope/*``, the doctor), refused
+    at ("method",) when neither is given and at ("layer",) for a config without its layer index."""
+    if config is None:
+        if method is None:
+            raise InvalidInput(("method",), "give a method, or a config and a layer")
+        return None
+    if layer is None:
+        raise InvalidInput(("layer",), "a config needs the index of the layer meant")
+    return config_layer(config, layer)
+
+
 def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     model_type = text.model_type if text.model_type is not None else top.model_type
     if model_type in REGIME_MODEL_TYPES:

@@ -42,7 +42,7 @@ from posenc.pe.kinds import rotary_angles
 from posenc.pe.ops import Pairing, half_to_interleaved_permutation
 from posenc.pe.registry import UnknownMethodError
 from posenc.pe.types import RotaryFrequencies, RotaryGenerators
-from posenc.real_models.configs import LayerRope, config_layer
+from posenc.real_models.configs import LayerRope, requested_layer
 from posenc.schemas.compute import MAX_ROTARY_POSITION
 
 PAIRINGS: tuple[Pairing, ...] = ("half", "interleaved")
@@ -123,18 +123,16 @@ def rotation(
     the method's own, the first of its registered ``pairings``), or a model config's layer
     (``posenc.real_models.configs.config_layer``: errors at ("config", …) and ("layer",); a NoPE layer refused at
     ("layer",))."""
-    if config is None:
-        if method is None:
-            raise InvalidInput(("method",), "give a rotary method, or a config and a layer")
+    chosen = requested_layer(method, config, layer)
+    if chosen is None:
+        assert method is not None  # (requested_layer refuses neither)
         if pairing is None:
             try:
                 pairing = cast(Pairing, get_method(method).pairings[0])
             except UnknownMethodError:
                 pairing = "half"  # the method is refused, naming it, when the setup is applied
         return RotarySetup(method, dict(params), rotary_dim, pairing)
-    if layer is None:
-        raise InvalidInput(("layer",), "a config needs the index of the layer whose rotation is meant")
-    return RotarySetup.from_layer(config_layer(config, layer))
+    return RotarySetup.from_layer(chosen)
 
 
 def _applier(setup: RotarySetup, dtype: torch.dtype = torch.float64) -> RotaryApplier:

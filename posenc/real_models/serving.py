@@ -62,7 +62,7 @@ from posenc.pe.appliers import Applier, Layer, build_applier
 from posenc.pe.ops import Pairing
 from posenc.pe.registry import UnknownMethodError
 from posenc.pe.types import LayerInputs
-from posenc.real_models.configs import config_layer, query_temperature
+from posenc.real_models.configs import query_temperature, requested_layer
 
 MAX_SERVE_TOKENS = 4096  # tokens of one layout (its length, a batch row, the packed stream)
 MAX_CHUNK_SIZES = 8
@@ -243,16 +243,13 @@ def serving_layer(
     rotary methods) or a model config's layer (``config_layer``; a NoPE layer is accepted, with Llama 4's query
     temperature where it has one), on ``heads`` heads."""
     count = _count(heads, ("heads",), maximum=MAX_HEADS)
-    if config is None:
-        if method is None:
-            raise InvalidInput(("method",), "give a method, or a config and a layer")
+    resolved = requested_layer(method, config, layer)
+    if resolved is None:
+        assert method is not None  # (requested_layer refuses neither)
         dim = _count(rotary_dim, ("rotary_dim",), minimum=2, maximum=MAX_DIM)
         applier = _method_applier(method, params, dim, pairing, count)
         source = {"method": method, "params": dict(params), "rotary_dim": dim, "pairing": applier.pairing}
         return ServingLayer(source, count, dim, applier, None, get_method(method).length_dependent)
-    if layer is None:
-        raise InvalidInput(("layer",), "a config needs the index of the layer whose attention is meant")
-    resolved = config_layer(config, layer)
     tuning = resolved.query_temperature
     temperature = None
     if tuning is not None:
