@@ -300,7 +300,7 @@ def plan_serve_check(request: ServeCheckRequest) -> Plan[dict[str, Any]]:
         + heads * tokens * dim * WORK_PER_SERVE_ENCODED
     )
     blocks = 12 * LOGIT_ELEMENTS  # one block's logits for the reference and each variant, masks and errors
-    variants = 3 * len(schedules.chunk_sizes) + 11
+    variants = 3 * len(schedules.chunk_sizes) + 12
     cost = Cost(
         json_elements=20 * variants + 40,
         work=work,

@@ -29,7 +29,7 @@ sees, from their true position ids, the query's pass being the last rows) and it
 - ``packed`` (``documents`` packed into one stream): each document is referenced alone (positions from 0, its
   own length). ``packed_documents`` resets the positions per document and masks block-diagonally;
   ``packed_positions_not_reset``, ``packed_without_document_mask`` and ``packed_as_one_sequence`` each drop one
-  or both.
+  or both; ``packed_one_length`` keeps both but rotates the pack in one call, for its longest document's length.
 - ``eviction`` (token-by-token decode of ``length`` tokens with a cache of ``sinks`` first tokens and the last
   ``window`` ones): step n is referenced by recomputing the visible tokens as a sequence of their own (position
   = index in the cache, the StreamingLLM convention). ``sink_window_cache`` caches keys unrotated and rotates them
@@ -117,6 +117,12 @@ VARIANTS: dict[str, tuple[Schedule, str]] = {
         "packed documents with positions reset but a plain causal mask: queries see earlier documents",
     ),
     "packed_as_one_sequence": ("known_bad", "packed documents treated as one sequence: no reset, no document mask"),
+    "packed_one_length": (
+        "known_bad",
+        "packed documents with positions reset and the document mask, but one rotation for the whole pack, for the "
+        "length max(position_ids) + 1 (the longest document), as a rotary embedding called once on the packed "
+        "batch computes a length-dependent rotation: the other documents get the longest one's scaling",
+    ),
     "sink_window_cache": (
         "correct",
         "a cache of the sink tokens and a window of recent ones; keys cached unrotated and rotated to their "
@@ -361,9 +367,9 @@ class Schedules:
         start = 0
         for doc in self.documents:
             start += doc
-            entries += 5 * doc * start
-        tokens += 10 * stream
-        calls += 5 + 3 * len(self.documents)
+            entries += 6 * doc * start
+        tokens += 12 * stream
+        calls += 6 + 3 * len(self.documents)
         cache = self.sinks + self.window
         for n in range(self.length):
             held = min(n + 1, cache)
@@ -637,7 +643,7 @@ class _Simulator:
         return self._run(rows, self._recompute_prefix, tallies)
 
     # ---- packed documents: one stream, each document referenced alone
-    def _packed(self, *, reset: bool, document_mask: bool) -> Step:
+    def _packed(self, *, reset: bool, document_mask: bool, per_document: bool = True) -> Step:
         lengths = torch.tensor(self.schedules.documents, dtype=torch.int64)  # (D,)
         stream = int(lengths.sum())
         doc = torch.repeat_interleave(_arange(lengths.shape[0]), lengths)  # (N,): each token's document
@@ -646,11 +652,11 @@ class _Simulator:
         pos = tokens - starts[doc] if reset else tokens  # (N,)
         q = torch.empty(self.layer.heads, stream, self.layer.dim, dtype=torch.float64)  # (H, N, d)
         k = torch.empty_like(q)
-        if reset:  # one sequence per document (varlen attention): each rotated for its own length
+        if reset and per_document:  # one sequence per document (varlen attention): each rotated for its own length
             for first, count in zip(starts.tolist(), lengths.tolist(), strict=True):
                 span = _arange(first, first + count)
                 q[:, first : first + count], k[:, first : first + count] = self.encode(span, span, pos[span], pos[span])
-        else:
+        else:  # the pack in one call: the rotation for max(pos) + 1
             q, k = self.encode(tokens, tokens, pos, pos)
 
         def step(p: _Pass) -> _Encoded:
@@ -668,6 +674,7 @@ class _Simulator:
             _Tally("packed_positions_not_reset", {}, self._packed(reset=False, document_mask=True)),
             _Tally("packed_without_document_mask", {}, self._packed(reset=True, document_mask=False)),
             _Tally("packed_as_one_sequence", {}, self._packed(reset=False, document_mask=False)),
+            _Tally("packed_one_length", {}, self._packed(reset=True, document_mask=True, per_document=False)),
         ]
         passes, first = [], 0
         for count in lengths:  # one pass per document: its rows over every stream key up to its end

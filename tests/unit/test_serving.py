@@ -151,6 +151,8 @@ def test_static_rotations_catch_position_bugs_and_are_blind_to_shifts(name: str)
     # rotations depend on position differences only: shifted positions change rounding, not the logits
     _equivalent(report, "slot_positions")
     _equivalent(report, "packed_positions_not_reset")
+    # a static rotation has no length: one call for the whole pack rotates each document as it alone would be
+    assert _equivalent(report, "packed_one_length").max_error == 0.0
     assert _first(report, "packed_without_document_mask") == (0, SECOND_DOCUMENT, 0)
     assert _first(report, "packed_as_one_sequence") == (0, SECOND_DOCUMENT, 0)
     eviction = f"[sinks={SIZES['sinks']}, window={SIZES['window']}]"
@@ -184,6 +186,10 @@ def test_dynamic_ntk_is_caught_by_stale_keys_padding_and_unreset_positions() -> 
     assert sum(SIZES["documents"]) > ORIGINAL >= SIZES["documents"][0]
     assert _first(report, "packed_positions_not_reset") == (0, 1, 0)
     assert _first(report, "packed_without_document_mask") == (0, SECOND_DOCUMENT, 0)
+    # one rotation for the pack at max(position_ids) + 1 = the longest document (20 > 16): the first document
+    # (12 <= 16 tokens, unscaled alone) is rescaled, its first query with a distance first
+    assert max(SIZES["documents"]) > ORIGINAL >= SIZES["documents"][0]
+    assert _first(report, "packed_one_length") == (0, 1, 0)
 
 
 # ------------------------------------------------------------------------------------------------ Llama 4 NoPE
