@@ -18,9 +18,9 @@ import pytest
 pytestmark = pytest.mark.browser
 
 API_KEY = "browser-test-key"  # the conftest's
-BASE = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "max_position_embeddings": 32768}
+BASE = {"hidden_size": 1024, "num_attention_heads": 8, "head_dim": 128, "num_hidden_layers": 4,
+        "max_position_embeddings": 32768}  # fmt: skip
 GEMMA_TYPES = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
-# Gemma 3's sliding layers given the global linear factor (tests/unit/test_model_configs.py), and as published
 # Gemma 3 with the global linear factor on its sliding layers (v5, per layer type), and as published
 LINEAR = {"rope_type": "linear", "factor": 8.0}
 BUGGY = {**BASE, "model_type": "gemma3_text", "layer_types": GEMMA_TYPES, "sliding_window": 512,
