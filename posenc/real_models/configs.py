@@ -151,8 +151,11 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, float | int]] = {
     "qwen3_next": {"partial_rotary_factor": 0.25, "full_attention_interval": 4, "head_dim": 256},
     "gemma": {"head_dim": 256},
     "gemma2": {"head_dim": 256},
-    "gemma3_text": {"head_dim": 256},
-    "gpt_oss": {"head_dim": 64},
+    "gemma3_text": {"head_dim": 256, "rope_theta": 1_000_000.0},  # (the global layers'; LayerTypeRope: the local)
+    "gpt_oss": {"head_dim": 64, "rope_theta": 150_000.0},
+    "llama4_text": {"rope_theta": 500_000.0},
+    "qwen3_vl_text": {"rope_theta": 500_000.0},
+    "smollm3": {"rope_theta": 2_000_000.0},
     "glm4_moe": {"partial_rotary_factor": 0.5},
     "glm4": {"partial_rotary_factor": 0.5},
     "glm": {"partial_rotary_factor": 0.5},

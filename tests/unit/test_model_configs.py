@@ -458,6 +458,22 @@ def test_every_model_type_default_is_the_one_its_transformers_config_class_fills
     assert value == MODEL_TYPE_DEFAULTS[model_type][key]
 
 
+def test_every_presets_model_type_has_its_config_class_default_theta() -> None:
+    """A config.json without rope_theta runs at its config class's default_theta in transformers: every preset's
+    model type whose default is not the generic 10000 has it in MODEL_TYPE_DEFAULTS."""
+    types = {
+        (config.get("text_config") or config)["model_type"]
+        for name, config in PRESETS.items()
+        if name in HF_PRESETS and (config.get("text_config") or config)["model_type"] in CONFIG_MAPPING
+    }
+    for model_type in sorted(types):
+        default = getattr(CONFIG_MAPPING[model_type], "default_theta", 10000.0)
+        if isinstance(default, dict):  # Gemma 3: {"global": ..., "local": ...}
+            default = default["global"]
+        if default != 10000.0:
+            assert MODEL_TYPE_DEFAULTS.get(model_type, {}).get("rope_theta") == default, model_type
+
+
 def test_a_gemma_config_without_head_dim_rotates_transformers_default_256() -> None:
     """Gemma 3's config class fills head_dim = 256 whatever the hidden size (here 2304 / 8 = 288)."""
     config = {**WARNING_CASES["sliding_layers_scaled"][1], "hidden_size": 2304}
