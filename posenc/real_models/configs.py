@@ -370,11 +370,32 @@ class _Block:
     theta_loc: Loc | None = None  # where its rope_theta was read, when not in the dict itself
 
 
+def rope_source(text: TextFields) -> str:
+    """The rope dict transformers reads: rope_scaling wherever the config gives a non-empty one, even beside a
+    rope_parameters (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_scaling or rope_parameters``; the
+    per-layer-type classes merge it into the full layers' dict), else rope_parameters."""
+    if text.rope_scaling or text.rope_parameters is None:
+        return "rope_scaling"
+    return "rope_parameters"
+
+
+def _both_rope_dicts(text: TextFields) -> ConfigWarning | None:
+    if not (text.rope_scaling and text.rope_parameters):
+        return None
+    return ConfigWarning(
+        "rope_dicts_both",
+        "the config gives both rope_scaling and rope_parameters: transformers reads rope_scaling (its rope_theta, "
+        "else the top-level rope_theta) and ignores rope_parameters. Resolved so; keep one of them.",
+        [],
+        {"rope_scaling": dict(text.rope_scaling), "rope_parameters": dict(text.rope_parameters)},
+    )
+
+
 def _rope_blocks(
     text: TextFields, types: Sequence[str], warnings: list[ConfigWarning], model_type: str | None = None
 ) -> tuple[dict[str, _Block | None], bool]:
     """The rope dict of each layer type, and whether the config gave one per layer type."""
-    source = "rope_parameters" if text.rope_parameters is not None else "rope_scaling"
+    source = rope_source(text)
     given: Mapping[str, Any] = getattr(text, source) or {}
     present = sorted(set(types))
     nested = bool(given) and all(key in present or key in (FULL, SLIDING, CHUNKED) for key in given)
@@ -479,7 +500,21 @@ def _class_blocks(
         full = blocks.get(FULL)
         filled = dict(blocks)
         if full is not None and full.fields.rope_theta is None:
-            filled[FULL] = _Block(full.fields.model_copy(update={"rope_theta": full_theta}), full.loc, full_loc)
+            filled[FULL] = full = _Block(full.fields.model_copy(update={"rope_theta": full_theta}), full.loc, full_loc)
+        if full is not None and full.fields.rope_type is None and full.fields.type is not None:
+            # merged into {"rope_type": "default"}: the older key "type" does not replace rope_type
+            filled[FULL] = _Block(RopeFields(rope_type="default", rope_theta=full.fields.rope_theta), full.loc)
+            warnings.append(
+                ConfigWarning(
+                    "rope_type_key_ignored",
+                    f"rope_scaling names its type with the older key type={full.fields.type!r}: {model_type}'s "
+                    "config class in transformers merges rope_scaling into a full-attention dict whose rope_type "
+                    f"is already 'default', so the {full.fields.type} scaling is not applied. Resolved so; write "
+                    "rope_type.",
+                    [],
+                    {"type": full.fields.type, "rope_scaling": dict(text.rope_scaling or {})},
+                )
+            )
         filled[SLIDING] = plain[SLIDING]
     sliding = filled.get(SLIDING)
     sliding_default = (
@@ -693,6 +728,9 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     text, filled = _model_defaults(text, model_type)
     if filled:
         warnings.append(_model_default_warning(model_type, filled))
+    both = _both_rope_dicts(text)
+    if both is not None:
+        warnings.append(both)
     if text.head_dim is not None:
         head_dim = text.head_dim
     else:
@@ -970,7 +1008,7 @@ def _model_defaults(text: TextFields, model_type: str | None) -> tuple[TextField
     defaults = MODEL_TYPE_DEFAULTS.get(model_type or "", {})
     if not defaults:
         return text, {}
-    rope: Mapping[str, Any] = text.rope_parameters if text.rope_parameters is not None else text.rope_scaling or {}
+    rope: Mapping[str, Any] = getattr(text, rope_source(text)) or {}
     given = set(rope)
     for value in rope.values():
         if isinstance(value, Mapping):  # one rope dict per layer type
@@ -1257,10 +1295,10 @@ def convert_config(config: Mapping[str, Any] | str, to: str) -> dict[str, Any]:
             text = _convert_regimes(text, to)
         else:
             text = _convert_v5(text, resolved) if to == "v5" else _convert_v4(text, resolved)
-    if "text_config" in config:
-        converted["text_config"] = text
-        return converted
-    return text
+    result = {**converted, "text_config": text} if "text_config" in config else text
+    if resolve_config(result).layers != resolved.layers:
+        raise InvalidInput(("to",), f"{to} cannot spell this config without changing a layer's rotation")
+    return result
 
 
 def _convert_regimes(text: dict[str, Any], to: str) -> dict[str, Any]:
@@ -1352,8 +1390,8 @@ def _refuse_ignored_flat(block: Any, resolved: ResolvedConfig) -> None:
 
 def _convert_v4(text: dict[str, Any], resolved: ResolvedConfig) -> dict[str, Any]:
     block = text.pop("rope_parameters", None)
-    if block is None:
-        return text  # already v4 (or no rope dict at all)
+    if block is None or text.get("rope_scaling"):
+        return text  # already v4, or no rope dict at all, or a rope_parameters transformers never reads
     _refuse_ignored_flat(block, resolved)
     where: Loc = ("rope_parameters",)
     nested = isinstance(block, Mapping) and bool(block) and all(key in (FULL, SLIDING, CHUNKED) for key in block)

@@ -386,6 +386,19 @@ WARNING_CASES["sliding_layers_scaled"] = (
     },
     WARNING_CASES["flat_rope_parameters_ignored"][1],
 )
+# both dicts: transformers reads rope_scaling (the fix: one of them)
+WARNING_CASES["rope_dicts_both"] = (
+    {**BASE, "model_type": "llama", "rope_theta": 5e5, "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+     "rope_parameters": {**YARN_DICT, "rope_theta": 1e6}},
+    {**BASE, "model_type": "llama", "rope_theta": 5e5, "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+)  # fmt: skip
+# Gemma 3 (v4) naming its scaling with the older key "type": merged under rope_type "default" (the fix: rope_type)
+WARNING_CASES["rope_type_key_ignored"] = (
+    {**WARNING_CASES["flat_rope_parameters_ignored"][0], "rope_parameters": None, "rope_theta": 1e6,
+     "rope_local_base_freq": 1e4, "rope_scaling": {"type": "linear", "factor": 8.0}},
+    {**WARNING_CASES["flat_rope_parameters_ignored"][0], "rope_parameters": None, "rope_theta": 1e6,
+     "rope_local_base_freq": 1e4, "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+)  # fmt: skip
 # Olmo 3 (v4) at another θ: its config class gives the sliding layers its default 500000 (the fix: a θ per type)
 OLMO_TYPES = GEMMA_TYPES
 WARNING_CASES["sliding_theta_default"] = (
@@ -418,13 +431,18 @@ def test_each_warning_comes_from_the_config_with_the_bug_and_not_from_the_fixed_
          "rope_parameters": {**YARN_DICT, "rope_theta": 1e6}},
         WARNING_CASES["sliding_theta_default"][0],
         WARNING_CASES["sliding_theta_default"][1],
+        *WARNING_CASES["rope_dicts_both"],
+        *WARNING_CASES["rope_type_key_ignored"],
     ],
-    ids=["gemma3-flat", "gemma3-flat-local", "olmo3-flat", "olmo3-flat-top-theta", "olmo3-v4", "olmo3-nested"],
+    ids=["gemma3-flat", "gemma3-flat-local", "olmo3-flat", "olmo3-flat-top-theta", "olmo3-v4", "olmo3-nested",
+         "both-dicts", "scaling-only", "gemma3-type-key", "gemma3-rope-type-key"],
 )  # fmt: skip
-def test_per_layer_type_config_classes_are_resolved_as_transformers_fills_them(config: dict[str, Any]) -> None:
+def test_configs_transformers_reads_its_own_way_resolve_as_it_runs_them(config: dict[str, Any]) -> None:
     """Gemma 3's and Olmo 3's config classes key the rope dicts by layer type: a flat v5 dict is not read (plain
-    RoPE at the class's θ), and Olmo 3's sliding layers take its default θ, not rope_theta. Resolved so: each
-    layer's frequencies and attention scale are the ones transformers' rotary embedding holds for its type."""
+    RoPE at the class's θ), Olmo 3's sliding layers take its default θ, not rope_theta, and a v4 dict naming its
+    type with the older key merges under rope_type "default"; any config with both dicts is read from
+    rope_scaling. Resolved so: each layer's frequencies and attention scale are the ones transformers' rotary
+    embedding holds for its type."""
     resolved = resolve_config(config)
     rotary = hf_rotary(hf_text_config(config))
     for layer in resolved.layers:
@@ -616,6 +634,15 @@ def test_converting_an_olmo3_config_keeps_what_transformers_runs_or_is_refused()
         with pytest.raises(InvalidInput) as raised:
             convert_config(WARNING_CASES["flat_rope_parameters_ignored"][0], to)
         assert raised.value.loc == ("rope_parameters",)
+
+
+def test_converting_a_config_with_both_rope_dicts_keeps_the_one_transformers_reads() -> None:
+    both = WARNING_CASES["rope_dicts_both"][0]
+    for to in ("v4", "v5"):
+        converted = convert_config(both, to)
+        assert ("rope_scaling" in converted, "rope_parameters" in converted) == (to == "v4", to == "v5")
+        assert resolve_config(converted).layers == resolve_config(both).layers
+        assert resolve_config(converted).layers[0].method == "rope_linear"
 
 
 # --------------------------------------------------------------------------------------------- diffusers
