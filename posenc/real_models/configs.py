@@ -57,6 +57,7 @@ LINEAR = "linear_attention"  # Qwen3-Next's Gated DeltaNet, Kimi Linear's KDA: n
 ROPE_TYPE_METHODS: dict[str, str] = {
     spelling: spec.name for spec in list_methods() for spelling in spec.config_spellings
 }
+DEFAULT_ROPE_METHOD = ROPE_TYPE_METHODS["default"]  # what rope_type "default" (plain RoPE) names
 # a method's rope dict with one more key -> another method (each method's ``config_extends``; M-RoPE: a default
 # rope dict with mrope_section)
 CONFIG_EXTENSIONS: dict[str, list[tuple[str, str]]] = {
@@ -91,6 +92,15 @@ INTERLEAVED_MODEL_TYPES = frozenset(
     {"llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "kimi_k2",
      "kimi_k25"}
 )  # fmt: skip
+# model types whose rotary embedding in transformers rotates the whole head whatever partial rotation the config
+# asks for: for default RoPE (False: Llama's compute_default_rope_parameters and its copies; the scaled rope types'
+# init functions in modeling_rope_utils do read partial_rotary_factor, and the narrowed frequencies then do not fit
+# the head) or for every rope type (True: Qwen2.5-VL's text rotary)
+# (Gemma 4 too, but its global layers' partial_rotary_factor is proportional RoPE's: partial_rotary_not_proportional)
+WHOLE_HEAD_MODEL_TYPES: dict[str, bool] = {
+    "llama": False, "llama4_text": False, "mistral": False, "qwen2": False, "qwen3": False, "qwen3_vl_text": False,
+    "gemma3_text": False, "olmo3": False, "smollm3": False, "qwen2_5_vl": True,
+}  # fmt: skip
 # model types whose sliding-window layers are trained unscaled (their own θ), whatever the global layers use
 SLIDING_UNSCALED_MODEL_TYPES = frozenset({"gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo3"})
 
@@ -307,7 +317,7 @@ def _rope_layers(text: TextFields, layers: int) -> list[bool]:
 
 
 def _rotary_dims(
-    text: TextFields, head_dim: int, rope: RopeFields, method: str
+    text: TextFields, head_dim: int, rope: RopeFields, method: str, model_type: str | None = None
 ) -> tuple[int, int, list[ConfigWarning]]:
     """(rotary_dim, start of the rotated slice, warnings) from the partial-rotation keys; a method that reads the
     fraction itself (``FRACTION_PARAM``: Gemma 4's proportional RoPE) turns the whole head."""
@@ -353,6 +363,12 @@ def _rotary_dims(
             )
         )
     rotary_dim = next(iter(spellings.values()), head_dim)
+    every_type = WHOLE_HEAD_MODEL_TYPES.get(model_type or "")
+    if spellings and rotary_dim != head_dim and every_type is not None:
+        ignored = every_type or method == DEFAULT_ROPE_METHOD
+        warnings.append(_whole_head_warning(model_type, method, spellings, rotary_dim, head_dim, ignored))
+        if ignored:
+            return head_dim, 0, warnings
     if rotary_dim % 2:
         rotary_dim += 1  # Hugging Face rounds an odd partial rotary dim up (inv_freq over arange(0, dim, 2))
     if not 2 <= rotary_dim <= head_dim:
@@ -388,6 +404,30 @@ def _both_rope_dicts(text: TextFields) -> ConfigWarning | None:
         "else the top-level rope_theta) and ignores rope_parameters. Resolved so; keep one of them.",
         [],
         {"rope_scaling": dict(text.rope_scaling), "rope_parameters": dict(text.rope_parameters)},
+    )
+
+
+def _whole_head_warning(
+    model_type: str | None, method: str, spellings: Mapping[str, int], rotary_dim: int, head_dim: int, ignored: bool
+) -> ConfigWarning:
+    keys = ", ".join(spellings)
+    if ignored:
+        return ConfigWarning(
+            "partial_rotary_ignored",
+            f"{keys} asks for {rotary_dim} rotated features of each {head_dim}-feature head, but {model_type}'s "
+            f"rotary embedding in transformers computes {method} over the whole head and never reads it. "
+            f"Resolved over the whole head; an engine that reads {keys} rotates {rotary_dim}.",
+            [],
+            {"keys": dict(spellings), "head_dim": head_dim, "rotary_dim_asked": rotary_dim},
+        )
+    return ConfigWarning(
+        "partial_rotary_does_not_fit",
+        f"{keys} asks for {rotary_dim} rotated features of each {head_dim}-feature head: for {method}, transformers "
+        f"computes frequencies for {rotary_dim} features, but {model_type}'s attention applies them to the whole "
+        f"head, and its forward pass fails on the shapes. Resolved with {rotary_dim}; this config does not run in "
+        "transformers.",
+        [],
+        {"keys": dict(spellings), "head_dim": head_dim, "rotary_dim_asked": rotary_dim},
     )
 
 
@@ -783,7 +823,7 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     for layer_type, method in methods.items():
         block = blocks[layer_type]
         assert block is not None
-        rotary_dim, start, dim_warnings = _rotary_dims(text, width(layer_type), block.fields, method.name)
+        rotary_dim, start, dim_warnings = _rotary_dims(text, width(layer_type), block.fields, method.name, model_type)
         warnings.extend(w for w in dim_warnings if w not in warnings)
         if method.section is not None and 2 * sum(method.section) != rotary_dim:
             # sections that do not cover the rotated pairs cannot be applied by any model (Qwen2-VL's split of

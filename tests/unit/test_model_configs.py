@@ -16,7 +16,14 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.compute import prepare
 from posenc.errors import FieldErrors, InvalidInput
-from posenc.real_models.configs import MODEL_TYPE_DEFAULTS, LayerRope, convert_config, resolve_config, text_config
+from posenc.real_models.configs import (
+    MODEL_TYPE_DEFAULTS,
+    WHOLE_HEAD_MODEL_TYPES,
+    LayerRope,
+    convert_config,
+    resolve_config,
+    text_config,
+)
 from posenc.real_models.presets import PRESETS
 from posenc.schemas.compute import RotaryRequest
 
@@ -490,6 +497,52 @@ def test_every_presets_model_type_has_its_config_class_default_theta() -> None:
             default = default["global"]
         if default != 10000.0:
             assert MODEL_TYPE_DEFAULTS.get(model_type, {}).get("rope_theta") == default, model_type
+
+
+WHOLE_HEAD_PRESETS = {
+    (config.get("text_config") or config)["model_type"]: name
+    for name, config in PRESETS.items()
+    if name in HF_PRESETS and (config.get("text_config") or config)["model_type"] in WHOLE_HEAD_MODEL_TYPES
+}
+
+
+def _with_partial_rotary(name: str, rope: dict[str, Any] | None) -> dict[str, Any]:
+    config = copy.deepcopy(PRESETS[name])
+    text = config.get("text_config", config)
+    for key in ("rope_scaling", "rope_parameters"):
+        text.pop(key, None)
+    text["rope_theta"] = 10000.0
+    if rope is not None:
+        text["rope_scaling"] = rope
+    text["partial_rotary_factor"] = 0.5
+    return config
+
+
+@pytest.mark.parametrize("model_type", sorted(WHOLE_HEAD_MODEL_TYPES))
+def test_a_partial_rotary_on_default_rope_is_ignored_where_transformers_ignores_it(model_type: str) -> None:
+    """Each model type of WHOLE_HEAD_MODEL_TYPES (with a preset) rotates the whole head in transformers
+    when its config asks for default RoPE on half of it: resolved so, with partial_rotary_ignored; with a scaled
+    rope type transformers reads the fraction (its frequencies narrow) and the warning says it does not fit."""
+    assert model_type in WHOLE_HEAD_PRESETS, f"no preset of {model_type} to check it against"
+    config = _with_partial_rotary(WHOLE_HEAD_PRESETS[model_type], None)
+    resolved = resolve_config(config)
+    rotary = hf_rotary(hf_text_config(config))
+    for layer in resolved.layers:
+        if layer.method is not None:
+            expected, _ = hf_frequencies(rotary, layer.layer_type)
+            assert our_inv_freq(layer).shape == expected.shape == (layer.head_dim // 2,)
+    assert "partial_rotary_ignored" in {warning.code for warning in resolved.warnings}
+    scaled = _with_partial_rotary(WHOLE_HEAD_PRESETS[model_type], {"rope_type": "linear", "factor": 2.0})
+    resolved = resolve_config(scaled)
+    rotary = hf_rotary(hf_text_config(scaled))
+    full = next(
+        layer for layer in resolved.layers if layer.method is not None and layer.layer_type != "sliding_attention"
+    )
+    expected, _ = hf_frequencies(rotary, full.layer_type)
+    every_type = WHOLE_HEAD_MODEL_TYPES[model_type]  # the whole head whatever the rope type (Qwen2.5-VL)
+    assert our_inv_freq(full).shape == expected.shape == (full.head_dim // (2 if every_type else 4),)
+    code = "partial_rotary_ignored" if every_type else "partial_rotary_does_not_fit"
+    assert code in {warning.code for warning in resolved.warnings}
 
 
 def test_a_gemma_config_without_head_dim_rotates_transformers_default_256() -> None:
