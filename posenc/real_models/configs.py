@@ -165,6 +165,7 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, float | int]] = {
     "gpt_oss": {"head_dim": 64, "rope_theta": 150_000.0},
     "llama4_text": {"rope_theta": 500_000.0},
     "qwen3_vl_text": {"rope_theta": 500_000.0},
+    "qwen2_5_vl": {"rope_theta": 1_000_000.0},  # (its text config class's, which reads the flat config's keys)
     "smollm3": {"rope_theta": 2_000_000.0},
     "glm4_moe": {"partial_rotary_factor": 0.5},
     "glm4": {"partial_rotary_factor": 0.5},
@@ -365,7 +366,8 @@ def _rotary_dims(
     rotary_dim = next(iter(spellings.values()), head_dim)
     every_type = WHOLE_HEAD_MODEL_TYPES.get(model_type or "")
     if spellings and rotary_dim != head_dim and every_type is not None:
-        ignored = every_type or method == DEFAULT_ROPE_METHOD
+        # (rope_type "default", M-RoPE's sections included)
+        ignored = every_type or ROPE_TYPE_METHODS.get(rope.kind) == DEFAULT_ROPE_METHOD
         warnings.append(_whole_head_warning(model_type, method, spellings, rotary_dim, head_dim, ignored))
         if ignored:
             return head_dim, 0, warnings
