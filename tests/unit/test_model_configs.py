@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib
 import logging
+import random
 from typing import Any
 
 import pytest
@@ -824,3 +825,84 @@ def test_a_hunyuan_config_s_dynamic_rope_with_alpha_is_static_ntk_alpha_as_trans
     dynamic = resolve_config(without_alpha)
     assert dynamic.layers[0].method == "rope_dynamic_ntk"
     assert "dynamic_scaling_stale_cache" in [warning.code for warning in dynamic.warnings]
+
+
+# --------------------------------------------------------------------------------------------- differential
+# Presets whose configs are mutated below; left out: DeepSeek-V4 (rope per regime, not per layer type), the MLA
+# models (a partial rotation there breaks transformers' own attention), Gemma 4 (per-layer head sizes), gpt-oss
+# (its class fills a whole YaRN dict when rope_scaling is left out), Phi-3 (LongRoPE's factor lists).
+MUTATED = ["llama-3.1-8b", "llama-4-scout-17b-16e", "mistral-7b-v0.3", "ministral-3-8b", "qwen2.5-7b", "qwen3-8b",
+           "qwen3-next-80b-a3b", "qwen2.5-vl-7b", "qwen3-vl-8b", "gemma-3-4b", "olmo-3-7b", "smollm3-3b",
+           "glm-4.5"]  # fmt: skip
+MUTATIONS = ["drop_theta", "theta", "drop_scaling", "factor", "v5", "drop_head_dim", "drop_partial", "partial",
+             "drop_local", "yarn", "linear", "dynamic", "type_key"]  # fmt: skip
+
+
+def mutated(seed: int) -> tuple[str, list[str], dict[str, Any]]:
+    """A preset with one to three seeded edits of its rope keys (the ways configs are hand-edited and converted)."""
+    rng = random.Random(seed)
+    name = rng.choice(MUTATED)
+    config = copy.deepcopy(PRESETS[name])
+    text = config.get("text_config", config)
+    ops = [rng.choice(MUTATIONS) for _ in range(rng.randint(1, 3))]
+    for op in ops:
+        scaling = text.get("rope_scaling")
+        if op == "drop_theta":
+            text.pop("rope_theta", None)
+        elif op == "theta":
+            text["rope_theta"] = rng.choice([1e4, 5e5, 1e6, 2e6])
+        elif op == "drop_scaling":
+            text.pop("rope_scaling", None)
+        elif op == "factor" and isinstance(scaling, dict) and "factor" in scaling:
+            scaling["factor"] = rng.choice([2.0, 4.0, 16.0])
+        elif op == "drop_head_dim":
+            text.pop("head_dim", None)
+        elif op == "drop_partial":
+            text.pop("partial_rotary_factor", None)
+        elif op == "partial":
+            text["partial_rotary_factor"] = rng.choice([0.25, 0.5, 1.0])
+        elif op == "drop_local":
+            text.pop("rope_local_base_freq", None)
+        elif op in ("yarn", "linear", "dynamic"):
+            text["rope_scaling"] = {"rope_type": op, "factor": 4.0} | (
+                {"original_max_position_embeddings": 4096} if op == "yarn" else {}
+            )
+        elif op == "type_key" and isinstance(scaling, dict) and "rope_type" in scaling:
+            scaling["type"] = scaling.pop("rope_type")
+        elif op == "v5" and "rope_parameters" not in text:
+            rope = dict(text.pop("rope_scaling", None) or {"rope_type": "default"})
+            if "type" in rope:
+                rope["rope_type"] = rope.pop("type")
+            if "rope_theta" in text:
+                rope["rope_theta"] = text.pop("rope_theta")
+            text["rope_parameters"] = rope
+    return name, ops, config
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_mutated_presets_resolve_to_what_transformers_computes(seed: int) -> None:
+    """Seeded edits of the presets' rope keys: wherever transformers builds the model's rotary embedding, every
+    rotating layer has its inverse frequencies and attention scale; where transformers refuses the config, so
+    may we, and where we refuse it, transformers does too."""
+    name, ops, config = mutated(seed)
+    try:
+        ours = resolve_config(config)
+    except (InvalidInput, FieldErrors) as refused:
+        ours = refused
+    rotary, hf_refused = None, None
+    try:
+        rotary = hf_rotary(hf_text_config(config))
+    except (KeyError, ValueError, TypeError) as error:  # transformers' config validation
+        hf_refused = error
+    if rotary is None:  # a config transformers cannot load is refused, or answered with a warning, here
+        assert isinstance(ours, Exception) or ours.warnings, (name, ops, hf_refused)
+        return
+    assert not isinstance(ours, Exception), (name, ops, ours)
+    for layer in ours.layers:
+        if layer.method is None:
+            continue
+        expected, scaling = hf_frequencies(rotary, layer.layer_type)
+        got = our_inv_freq(layer).to(torch.float32)
+        assert got.shape == expected.shape, (name, ops, layer.layer)
+        torch.testing.assert_close(got, expected.to(torch.float32), rtol=FLOAT32_POW, atol=0, msg=str((name, ops)))
+        assert layer.attention_scale == pytest.approx(scaling, rel=1e-6), (name, ops, layer.layer)
