@@ -157,12 +157,23 @@ V4_COMPRESSED_NOTE = (
 # what a model type's own config class (transformers) fills in where config.json leaves the key out; a reader of
 # config.json alone falls back to GENERIC_FALLBACKS and rotates something else (the "kwargs.setdefault" defaults of
 # transformers 5's configuration_<model>.py; Olmo3Config.default_theta)
-MODEL_TYPE_DEFAULTS: dict[str, dict[str, float | int]] = {
+MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_next": {"partial_rotary_factor": 0.25, "full_attention_interval": 4, "head_dim": 256},
     "gemma": {"head_dim": 256},
     "gemma2": {"head_dim": 256},
     "gemma3_text": {"head_dim": 256, "rope_theta": 1_000_000.0},  # (the global layers'; LayerTypeRope: the local)
-    "gpt_oss": {"head_dim": 64, "rope_theta": 150_000.0},
+    "gpt_oss": {
+        "head_dim": 64,
+        "rope_theta": 150_000.0,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+        },
+    },
     "llama4_text": {"rope_theta": 500_000.0},
     "qwen3_vl_text": {"rope_theta": 500_000.0},
     "qwen2_5_vl": {"rope_theta": 1_000_000.0},  # (its text config class's, which reads the flat config's keys)
@@ -181,6 +192,7 @@ GENERIC_FALLBACKS = {
     "full_attention_interval": "none (every layer is full attention with RoPE)",
     "rope_theta": f"{DEFAULT_THETA:g}",
     "head_dim": "hidden_size / num_attention_heads",
+    "rope_scaling": "none (plain RoPE)",
 }
 # model types whose attention multiplies the logits by 1 (q and k RMS-normalised per head; transformers' scaling=1.0)
 UNIT_SOFTMAX_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
@@ -1044,7 +1056,7 @@ def _resolve_regimes(text: TextFields, model_type: str | None) -> ResolvedConfig
     return ResolvedConfig(model_type=model_type, layers=resolved, warnings=warnings)
 
 
-def _model_defaults(text: TextFields, model_type: str | None) -> tuple[TextFields, dict[str, float | int]]:
+def _model_defaults(text: TextFields, model_type: str | None) -> tuple[TextFields, dict[str, Any]]:
     """The config with the keys it leaves out that its model type's own config class fills in
     (``MODEL_TYPE_DEFAULTS``), and those keys: each only where no spelling of it is given anywhere."""
     defaults = MODEL_TYPE_DEFAULTS.get(model_type or "", {})
@@ -1064,12 +1076,13 @@ def _model_defaults(text: TextFields, model_type: str | None) -> tuple[TextField
         "full_attention_interval": text.full_attention_interval is None and text.layer_types is None,
         "rope_theta": text.rope_theta is None and text.rope_local_base_freq is None and "rope_theta" not in given,
         "head_dim": text.head_dim is None,
+        "rope_scaling": text.rope_scaling is None and text.rope_parameters is None,
     }
     filled = {key: value for key, value in defaults.items() if missing[key]}
     return (text.model_copy(update=filled) if filled else text), filled
 
 
-def _model_default_warning(model_type: str | None, filled: Mapping[str, float | int]) -> ConfigWarning:
+def _model_default_warning(model_type: str | None, filled: Mapping[str, Any]) -> ConfigWarning:
     fallback = {key: GENERIC_FALLBACKS[key] for key in filled}
     return ConfigWarning(
         "model_type_default",

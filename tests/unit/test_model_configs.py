@@ -477,8 +477,11 @@ def test_every_model_type_default_is_the_one_its_transformers_config_class_fills
         expected = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(12)]
         assert list(text.layer_types[:12]) == expected
         return
-    value = getattr(text, key, None)
     rope = getattr(text, "rope_parameters", None) or {}
+    if key == "rope_scaling":  # the class's whole rope dict (gpt-oss: its YaRN), θ checked apart
+        assert {k: v for k, v in rope.items() if k != "rope_theta"} == MODEL_TYPE_DEFAULTS[model_type][key]
+        return
+    value = getattr(text, key, None)
     if value is None:  # transformers 5 keeps rope_theta and partial_rotary_factor in the rope dict
         value = rope.get(key, (rope.get("full_attention") or {}).get(key))
     assert value == MODEL_TYPE_DEFAULTS[model_type][key]
@@ -829,11 +832,11 @@ def test_a_hunyuan_config_s_dynamic_rope_with_alpha_is_static_ntk_alpha_as_trans
 
 # --------------------------------------------------------------------------------------------- differential
 # Presets whose configs are mutated below; left out: DeepSeek-V4 (rope per regime, not per layer type), the MLA
-# models (a partial rotation there breaks transformers' own attention), Gemma 4 (per-layer head sizes), gpt-oss
-# (its class fills a whole YaRN dict when rope_scaling is left out), Phi-3 (LongRoPE's factor lists).
+# models (a partial rotation there breaks transformers' own attention), Gemma 4 (per-layer head sizes), Phi-3
+# (LongRoPE's factor lists).
 MUTATED = ["llama-3.1-8b", "llama-4-scout-17b-16e", "mistral-7b-v0.3", "ministral-3-8b", "qwen2.5-7b", "qwen3-8b",
            "qwen3-next-80b-a3b", "qwen2.5-vl-7b", "qwen3-vl-8b", "gemma-3-4b", "olmo-3-7b", "smollm3-3b",
-           "glm-4.5"]  # fmt: skip
+           "glm-4.5", "gpt-oss-20b"]  # fmt: skip
 MUTATIONS = ["drop_theta", "theta", "drop_scaling", "factor", "v5", "drop_head_dim", "drop_partial", "partial",
              "drop_local", "yarn", "linear", "dynamic", "type_key"]  # fmt: skip
 
@@ -879,7 +882,7 @@ def mutated(seed: int) -> tuple[str, list[str], dict[str, Any]]:
     return name, ops, config
 
 
-@pytest.mark.parametrize("seed", range(120))
+@pytest.mark.parametrize("seed", range(150))
 def test_mutated_presets_resolve_to_what_transformers_computes(seed: int) -> None:
     """Seeded edits of the presets' rope keys: wherever transformers builds the model's rotary embedding, every
     rotating layer has its inverse frequencies and attention scale; where transformers refuses the config, so
