@@ -259,6 +259,8 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
     if scaling is not None:
         config["rope_scaling"] = scaling
         origins.update({f"rope_scaling.{name}": origin for name, origin in scaling_origins.items()})
+    else:  # said outright: llama.cpp scales nothing, where a config class would fill in its own (gpt-oss's YaRN)
+        config["rope_scaling"] = {"rope_type": "default"}
     return GgufConfig(config, origins, notes)
 
 

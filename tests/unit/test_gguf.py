@@ -88,7 +88,26 @@ def test_factors_no_llama3_setting_gives_are_a_note(tmp_path: Path) -> None:
     factors[3] = 2.5  # a high-frequency pair scaled: no llama3 band layout does that
     converted = config_from_gguf(header.metadata, {"rope_freqs.weight": factors})
     assert codes(converted.notes) == ["gguf_rope_freqs_not_llama3"]
-    assert "rope_scaling" not in converted.config
+    assert converted.config["rope_scaling"] == {"rope_type": "default"}  # no scaling a config could spell
+
+
+def test_a_gguf_without_scaling_keys_is_unscaled_whatever_a_config_class_would_fill_in() -> None:
+    """llama.cpp scales nothing without rope.scaling.* keys; gpt-oss's config class would fill in its YaRN. The
+    GGUF's config says outright that it is unscaled, so the comparison with gpt-oss's config sees the drop."""
+    metadata = {
+        "general.architecture": "gpt-oss", "gpt-oss.block_count": 4, "gpt-oss.embedding_length": 2880,
+        "gpt-oss.attention.head_count": 64, "gpt-oss.attention.key_length": 64, "gpt-oss.rope.freq_base": 150000.0,
+        "gpt-oss.context_length": 131072,
+    }  # fmt: skip
+    converted = config_from_gguf(metadata)
+    assert {layer.method for layer in resolve_config(converted.config).layers} == {"rope"}
+    reference = PRESETS["gpt-oss-20b"] | {
+        "num_hidden_layers": 4,
+        "layer_types": PRESETS["gpt-oss-20b"]["layer_types"][:4],
+    }
+    warnings = compare_with_config(metadata, {}, reference)
+    assert "rope_scaling.factor" in {w.evidence.get("field") for w in warnings if w.code == "gguf_field_dropped"}
+    assert "gguf_layers_differ" in codes(warnings)
 
 
 # ------------------------------------------------------------------------------------------------ comparing
