@@ -108,6 +108,7 @@ LLAMA_CPP_ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 # ... unless this field is in the GGUF as 0 (Llama 4: attention.sliding_window = 0 turns them all off)
 LLAMA_CPP_DEFAULTS_OFF: dict[str, str] = {"llama4": "sliding_window"}
+LLAMA_CPP_THETA = 10000.0  # rope_freq_base_train when the GGUF has no rope.freq_base
 NO_KEY = "(no GGUF key)"  # the origin of a default that no key of the file could have set
 # Architectures whose converter writes rope.scaling.yarn_log_mul as 0.1 · mscale_all_dim and whose loader divides
 # it back (llama.cpp's DeepseekV2Model in convert_hf_to_gguf.py and its deepseek2 loader,
@@ -250,6 +251,12 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
         put("head_dim", _number(metadata, keys["head_dim"], integer=True))
         _rotary_dim(metadata, keys, config, put)
     _sliding_pattern(metadata, keys["sliding_window_pattern"], config, put)
+    # what llama.cpp takes without the key, said outright so that no config class fills in its own (SmolLM3's
+    # θ = 2e6, Gemma's head_dim = 256); with no origin, the comparison still reports the key as missing
+    config.setdefault("rope_theta", LLAMA_CPP_THETA)
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    if "qk_rope_head_dim" not in config and "head_dim" not in config and heads and hidden:
+        config["head_dim"] = hidden // heads  # n_embd_head_k = n_embd / n_head
     switch = LLAMA_CPP_DEFAULTS_OFF.get(arch)
     defaults = {} if switch is not None and metadata.get(keys[switch]) == 0 else LLAMA_CPP_ARCH_DEFAULTS.get(arch, {})
     for name, value in defaults.items():

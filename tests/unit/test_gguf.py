@@ -91,6 +91,22 @@ def test_factors_no_llama3_setting_gives_are_a_note(tmp_path: Path) -> None:
     assert converted.config["rope_scaling"] == {"rope_type": "default"}  # no scaling a config could spell
 
 
+def test_a_gguf_without_freq_base_or_key_length_takes_llama_cpp_s_values(tmp_path: Path) -> None:
+    """Without rope.freq_base llama.cpp rotates at 10000 and without key_length its head is n_embd / n_head, where
+    SmolLM3's and Gemma's config classes would fill in 2e6 and 256: the GGUF resolves to llama.cpp's, and the
+    missing base is reported against the config."""
+    config = PRESETS["smollm3-3b"]
+    header = read_metadata(convert(config, tmp_path / "s.gguf", arch="smollm3", drop=["rope.freq_base"]))
+    converted = config_from_gguf(header.metadata).config
+    layers = resolve_config(converted).layers
+    assert {layer.params.get("base") for layer in layers if layer.method is not None} == {10000.0}
+    [dropped] = [w for w in compare_with_config(header.metadata, {}, config) if w.code == "gguf_field_dropped"]
+    assert (dropped.evidence["field"], dropped.evidence["config"]) == ("rope_theta", 5000000.0)
+    gemma = {"general.architecture": "gemma", "gemma.block_count": 2, "gemma.embedding_length": 3072,
+             "gemma.attention.head_count": 16, "gemma.rope.freq_base": 10000.0}  # fmt: skip
+    assert {layer.head_dim for layer in resolve_config(config_from_gguf(gemma).config).layers} == {3072 // 16}
+
+
 def test_a_gguf_without_scaling_keys_is_unscaled_whatever_a_config_class_would_fill_in() -> None:
     """llama.cpp scales nothing without rope.scaling.* keys; gpt-oss's config class would fill in its YaRN. The
     GGUF's config says outright that it is unscaled, so the comparison with gpt-oss's config sees the drop."""
