@@ -17,7 +17,7 @@ const TEMPLATES = {
     model: { layers: 1, dim: 32, heads: 2 }, train: { steps: 200, batch_size: 16, warmup_steps: 5 },
     eval: { sizes: [2, 4, 6, 8], samples: 20 }, seeds: [0, 1] } },
 };
-const state = { methods: {}, presets: {}, request: null, result: null, job: null, timer: null, losses: [] };
+const state = { methods: {}, presets: {}, request: null, result: null, job: null, timer: null, losses: {} };
 const charts = {};
 // For tests and the curious: the matrix the heatmap shows, exactly as the API sent it (rows = queries).
 window.posencPage = { heatmap: null, charts };
@@ -403,13 +403,13 @@ async function submitJob(event) {
 async function watch(id) {
   clearTimeout(state.timer);
   state.job = id;
-  state.losses = [];
+  state.losses = {}; // one line per stage ("train rope seed 1"): a multi-seed job's runs restart their steps
   $("#j-current").hidden = false;
   $("#j-id").textContent = id;
   $("#j-status").textContent = "";
   for (const node of ["#j-table", "#j-artifacts", "#j-events"]) $(node).replaceChildren();
   $("#j-curve").hidden = true;
-  drawLoss([]);
+  drawLoss({});
   await poll();
 }
 async function poll() {
@@ -424,8 +424,12 @@ async function poll() {
   $("#j-progress").value = progress.step;
   $("#j-error").textContent = job.error || "";
   $("#j-cancel").disabled = TERMINAL.includes(job.status);
-  if (progress.loss !== null && progress.step > (state.losses.at(-1)?.[0] ?? -1)) state.losses.push([progress.step, progress.loss]);
-  drawLoss(job.result?.loss_curve || state.losses);
+  if (progress.loss !== null) {
+    const line = (state.losses[progress.stage || "loss"] ||= []);
+    if (progress.step > (line.at(-1)?.[0] ?? -1)) line.push([progress.step, progress.loss]);
+  }
+  // the finished job's curve is its first seed's (the others: loss_curve.json among the artifacts)
+  drawLoss(job.result?.loss_curve ? { "loss (first seed)": job.result.loss_curve } : state.losses);
   if (TERMINAL.includes(job.status)) {
     showResult(job);
     await showEvents(id);
@@ -435,12 +439,14 @@ async function poll() {
   }
   state.timer = setTimeout(() => attempt(poll), 1000);
 }
-function drawLoss(points) {
-  $("#j-loss").hidden = !points.length;
-  if (!points.length) return;
+function drawLoss(lines) {
+  const names = Object.keys(lines).filter((name) => lines[name].length);
+  $("#j-loss").hidden = !names.length;
+  if (!names.length) return;
   chart("j-loss", { title: { text: "training loss", textStyle: { fontSize: 13 } }, tooltip: { trigger: "axis" },
-    grid: { left: 60, right: 16, top: 36, bottom: 40 }, xAxis: { type: "value", name: "step", nameLocation: "middle", nameGap: 24 },
-    yAxis: { type: "value", scale: true }, series: [{ type: "line", name: "loss", showSymbol: false, data: points }] });
+    legend: { top: 0, right: 0 }, grid: { left: 60, right: 16, top: 36, bottom: 40 },
+    xAxis: { type: "value", name: "step", nameLocation: "middle", nameGap: 24 }, yAxis: { type: "value", scale: true },
+    series: names.map((name) => ({ type: "line", name, showSymbol: false, data: lines[name] })) });
 }
 function curves(job) {
   const { result } = job;
