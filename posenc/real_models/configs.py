@@ -714,6 +714,8 @@ def _attention_scale(method: _Method, rotary_dim: int) -> float:
             raise
         param = exc.loc[1] if len(exc.loc) > 1 else None
         where = method.origins.get(str(param), method.loc) if param is not None else method.loc
+        if param is not None and str(param) not in method.origins and exc.msg == "Field required":
+            where = (*method.loc, str(param))  # a param the method needs and the config lacks: where it would go
         raise InvalidInput(where or exc.loc, exc.msg) from None
 
 

@@ -610,6 +610,12 @@ def test_mrope_sections_that_do_not_cover_the_rotated_pairs_are_refused_at_the_k
         ({**BASE, "no_rope_layers": [1, 1]}, ("no_rope_layers",)),
         # YaRN params refused together: at the key that breaks the order, or at the rope dict the user sent
         ({**BASE, "rope_scaling": {**YARN_DICT, "beta_fast": 1.0, "beta_slow": 2.0}}, ("rope_scaling", "beta_slow")),
+        # a param the method needs that no key gives (no max_position_embeddings to take it from): named in the dict
+        (
+            {key: value for key, value in BASE.items() if key != "max_position_embeddings"}
+            | {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+            ("rope_scaling", "original_max_position_embeddings"),
+        ),
         (
             {"text_config": {**BASE, "rope_parameters": {**YARN_DICT, "beta_slow": 64.0}}},
             ("text_config", "rope_parameters", "beta_slow"),
