@@ -31,6 +31,7 @@ from posenc.errors import FieldErrors, InvalidInput, located
 from posenc.pe.registry import get_method
 from posenc.real_models.configs import (
     ROPE_TYPE_METHODS,
+    WHOLE_HEAD_MODEL_TYPES,
     ConfigWarning,
     LayerRope,
     ResolvedConfig,
@@ -250,6 +251,17 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
     else:
         put("head_dim", _number(metadata, keys["head_dim"], integer=True))
         _rotary_dim(metadata, keys, config, put)
+        if "rotary_dim" in config and config["model_type"] in WHOLE_HEAD_MODEL_TYPES:
+            notes.append(
+                ConfigWarning(
+                    "gguf_partial_rotary_unspellable",
+                    f"llama.cpp rotates {config['rotary_dim']} features of each head ({keys['rotary_dim']}), but "
+                    f"{config['model_type']}'s rotary code in transformers rotates the whole head whatever the "
+                    "config says: the resolved layers are what that config runs in transformers, not in llama.cpp.",
+                    [],
+                    {"rotary_dim": config["rotary_dim"], "gguf_key": keys["rotary_dim"]},
+                )
+            )
     _sliding_pattern(metadata, keys["sliding_window_pattern"], config, put)
     # what llama.cpp takes without the key, said outright so that no config class fills in its own (SmolLM3's
     # θ = 2e6, Gemma's head_dim = 256); with no origin, the comparison still reports the key as missing

@@ -107,6 +107,22 @@ def test_a_gguf_without_freq_base_or_key_length_takes_llama_cpp_s_values(tmp_pat
     assert {layer.head_dim for layer in resolve_config(config_from_gguf(gemma).config).layers} == {3072 // 16}
 
 
+def test_a_partial_rotation_a_llama_config_cannot_say_is_a_note() -> None:
+    """llama.cpp rotates rope.dimension_count features; transformers' Llama rotates the whole head whatever its
+    config says: the GGUF's layers are the config's in transformers, and a note says llama.cpp's differ."""
+    metadata = {
+        "general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 512,
+        "llama.attention.head_count": 4, "llama.rope.freq_base": 1e4, "llama.rope.dimension_count": 64,
+    }  # fmt: skip
+    converted = config_from_gguf(metadata)
+    [note] = [n for n in converted.notes if n.code == "gguf_partial_rotary_unspellable"]
+    assert note.evidence == {"rotary_dim": 64, "gguf_key": "llama.rope.dimension_count"}
+    assert {layer.rotary_dim for layer in resolve_config(converted.config).layers} == {128}
+    phi3 = {key.replace("llama", "phi3"): value for key, value in metadata.items()}  # Phi-3 reads the fraction
+    phi3["general.architecture"] = "phi3"
+    assert not [n for n in config_from_gguf(phi3).notes if n.code == "gguf_partial_rotary_unspellable"]
+
+
 def test_a_gguf_without_scaling_keys_is_unscaled_whatever_a_config_class_would_fill_in() -> None:
     """llama.cpp scales nothing without rope.scaling.* keys; gpt-oss's config class would fill in its YaRN. The
     GGUF's config says outright that it is unscaled, so the comparison with gpt-oss's config sees the drop."""
