@@ -13,9 +13,12 @@ and its pool children) is SIGKILLed every ``--kill-every`` seconds. Then the scr
 and prints, from the job records and their event lists in Redis: submitted, succeeded, failed, lost (not ended
 ``--drain-timeout`` seconds after the last fault; "stranded" if the message sits in kombu's unacked hash, where
 only the visibility timeout would bring it back), committed twice (more than one terminal write), the attempts
-histogram, the drain time after the last fault, and jobs per second with and without faults.
+histogram, the drain time after the last fault, jobs per second with and without faults, and for the jobs
+requeued because their worker was lost, "kill to next claim": seconds from the kill that orphaned the job to
+its next claim (median and max; the requeue itself comes within the recovery bound of ``workers.recovery``, the
+claim after it depends on the job's place in the queue).
 
-The job is the issue's: ``train``, ``alibi``, copy task, 1 layer, dim 32, 2 heads, length 16, 60 steps,
+The job is the issue's: ``train``, ``alibi``, copy task of size 16, 1 layer, dim 32, 2 heads, 60 steps,
 batch 8 (one to two seconds of work). Nothing is asserted: the script prints numbers. From the repository root:
 
     .venv/bin/python bench/fault_drill.py --jobs 300 --kill-every 10 --duration 600
@@ -29,6 +32,7 @@ import collections
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +52,16 @@ from posenc import runtime
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = {"succeeded", "failed", "cancelled", "expired"}
 TERMINAL_EVENTS = ("succeeded", "failed", "cancelled")
+# requeue events written when a job's worker was lost (posenc.jobstore), as opposed to a lost message
+WORKER_LOST_REQUEUES = ("requeued (lease expired)", "requeued (worker lost")
 JOB = {
     "kind": "train",
     "spec": {
         "methods": [{"method": "alibi"}],
-        "data": {"task": "copy"},
+        "data": {"task": "copy", "size": 16},
         "model": {"layers": 1, "dim": 32, "heads": 2},
-        "train": {"length": 16, "steps": 60, "batch_size": 8, "warmup_steps": 5, "checkpoint_every": 20},
-        "eval": {"lengths": [16, 32], "samples": 64},
+        "train": {"steps": 60, "batch_size": 8, "warmup_steps": 5, "checkpoint_every": 20},
+        "eval": {"sizes": [16, 32], "samples": 64},
         "seeds": [0],
         "device": "cpu",
     },
@@ -263,7 +270,27 @@ def wait_for_end(client: httpx.Client, ids: list[str], timeout_s: float) -> tupl
 def commits(redis_url: str, job_id: str) -> int:
     """Terminal writes in the job's event list: exactly one is the promise."""
     events = redis.Redis.from_url(redis_url, decode_responses=True).lrange(f"posenc:job:{job_id}:events", 0, -1)
-    return sum(1 for event in events if event.split(" ", 1)[0].split("|", 1)[0] in TERMINAL_EVENTS)
+    return sum(1 for event in events if str(event).split(" ", 1)[0].split("|", 1)[0] in TERMINAL_EVENTS)
+
+
+def kill_to_next_claim(redis_url: str, ids: list[str], killed_at: list[float]) -> list[tuple[float, float]]:
+    """For each requeue of a job whose worker was lost: (seconds from the kill before it to the requeue, seconds
+    from that kill to the job's next claim), from the job's events ('...|ISO time')."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    found = []
+    for job_id in ids:
+        events: list[tuple[str, float]] = []
+        for line in client.lrange(f"posenc:job:{job_id}:events", 0, -1):
+            text, _, stamp = str(line).rpartition("|")
+            events.append((text, datetime.fromisoformat(stamp).timestamp()))
+        for n, (text, requeued) in enumerate(events):
+            kills = [kill for kill in killed_at if kill <= requeued]
+            if not text.startswith(WORKER_LOST_REQUEUES) or not kills:
+                continue
+            claims = [when for later, when in events[n + 1 :] if later.startswith("running attempt")]
+            if claims:
+                found.append((requeued - kills[-1], claims[0] - kills[-1]))
+    return found
 
 
 def in_unacked(redis_url: str) -> set[str]:
@@ -285,12 +312,14 @@ def fault_phase(system: System, client: httpx.Client, args: argparse.Namespace) 
     started = time.monotonic()
     ids = submit(client, args.jobs)
     kills, redis_restarted = 0, False
+    killed_at: list[float] = []  # wall clock (the job events' clock) of each kill
     deadline = time.monotonic() + args.duration
     while time.monotonic() < deadline:
         time.sleep(args.kill_every)
         pids = system.worker_pids()
         if pids:
             _kill_tree(pids[kills % len(pids)])
+            killed_at.append(time.time())
             kills += 1
         if args.redis_restart and not redis_restarted and time.monotonic() > deadline - args.duration / 2:
             assert system.redis is not None
@@ -306,6 +335,7 @@ def fault_phase(system: System, client: httpx.Client, args: argparse.Namespace) 
         "ids": ids,
         "jobs": jobs,
         "kills": kills,
+        "killed_at": killed_at,
         "redis_restarted": redis_restarted,
         "drain_s": drain_s,
         "elapsed_s": elapsed,
@@ -335,6 +365,16 @@ def report(system: System, args: argparse.Namespace, baseline: float, outcome: d
     print(f"  committed twice        {len(twice)}")
     print(f"  attempts histogram     {dict(sorted(attempts.items()))}")
     print(f"  drain after last fault {outcome['drain_s']:.1f} s")
+    delays = kill_to_next_claim(system.redis_url, ids, outcome["killed_at"])
+    if delays:
+        requeue, claim = [d[0] for d in delays], [d[1] for d in delays]
+        print(
+            f"  kill to next claim     median {statistics.median(claim):.1f} s, max {max(claim):.1f} s over "
+            f"{len(delays)} requeues (kill to requeue: median {statistics.median(requeue):.1f} s, "
+            f"max {max(requeue):.1f} s)"
+        )
+    else:
+        print("  kill to next claim     no job was requeued after a kill")
     faulty = by_status["succeeded"] / outcome["elapsed_s"]
     print(f"  jobs per second        {faulty:.3f} with faults, {baseline:.3f} without ({faulty / baseline:.2f}x)")
     failures = [job.get("error") for job in jobs.values() if job["status"] == "failed"]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from posenc.compute import check_job_budget, prepare_job
+from posenc.compute.cost import Budgets, Meter
 from posenc.errors import InvalidInput
 from posenc.extension import arm_ref, arms, finetune_job_spec
 from posenc.schemas.jobs import ComputeJobSpec, JobCreate, JobKind, JobSpec
@@ -24,23 +25,33 @@ CHECKPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def validate_job(
-    create: JobCreate, *, max_compute_bytes: int | None = None, data_dirs: Sequence[Path] | None = None
+    create: JobCreate,
+    *,
+    max_compute_bytes: int | None = None,
+    data_dirs: Sequence[Path] | None = None,
+    budgets: Budgets | None = None,
 ) -> None:
     """The gateway's check of ``POST /v1/jobs``: :func:`validate_spec` for train, extrapolate and benchmark
-    (``data_dirs``: the gateway's data directories); for compute, the request's prepare step (as its route would
-    run it; errors name ``body.spec.request``) and, with ``max_compute_bytes``, the job's memory budget
+    (``data_dirs``: the gateway's data directories; ``budgets``: the gateway's per-request budgets, which the
+    checks' own work is charged against); for compute, the request's prepare step (as its route would run it;
+    errors name ``body.spec.request``) and, with ``max_compute_bytes``, the job's memory budget
     (``BudgetExceeded``, a 413)."""
     if isinstance(create.spec, ComputeJobSpec):
         prepared = prepare_job(create.spec)
         if max_compute_bytes is not None:
             check_job_budget(prepared, max_compute_bytes)
         return
-    validate_spec(create.kind, create.spec, data_dirs=data_dirs)
+    validate_spec(create.kind, create.spec, data_dirs=data_dirs, budgets=budgets)
 
 
-def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | None = None) -> Family:
+def validate_spec(
+    kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | None = None, budgets: Budgets | None = None
+) -> Family:
     """Raise for what the schema cannot check; returns the spec's family. Unknown methods raise
-    ``UnknownMethodError``, everything else ``InvalidInput`` naming the field."""
+    ``UnknownMethodError``, ``BudgetExceeded`` (a 413) the checks whose own work (every method entry's dry run
+    and seeded tables, charged before each runs) would go over ``budgets``, everything else ``InvalidInput``
+    naming the field."""
+    meter = Meter(budgets, "give the methods smaller tables (their params), or fewer method entries")
     if kind != "benchmark" and len(spec.methods) != 1:
         raise InvalidInput((*SPEC, "methods"), f"a {kind} job takes exactly one method; use 'benchmark' for several")
     if spec.checkpoint is not None:
@@ -53,6 +64,7 @@ def validate_spec(kind: JobKind, spec: JobSpec, *, data_dirs: Sequence[Path] | N
     families = []
     for task_spec in suite_specs(spec):  # the spec itself, or each task of its suite
         family = family_of(task_spec)
+        family.meter = meter
         family.validate(kind, data_dirs)
         for index, ref in enumerate(task_spec.methods):
             # a study's rules are checked with the params the study fills in (posenc.extension.arm_ref)
@@ -92,6 +104,7 @@ def _validate_study(kind: JobKind, spec: JobSpec, family: Family) -> None:
         seen[ref.name] = index
     if spec.extension.finetune_steps:
         tuned = family_of(finetune_job_spec(spec, arms(spec)[0]))
+        tuned.meter = family.meter
         tuned.validate(kind)
         for arm in arms(spec):
             tuned.validate_method(arm.ref, (*SPEC, "extension", "finetune_length"))
@@ -154,18 +167,3 @@ def _job_work(create: JobCreate, per_token: Callable[[JobSpec, Family, int], int
     tuning = (backward * tuned_spec.train.steps * tuned_spec.train.batch_size * tuned_length
               * per_token(tuned_spec, tuned_family, tuned_length)) if tuned_runs else 0  # fmt: skip
     return len(spec.seeds) * (training + len(study) * evaluation + tuned_runs * tuning)
-
-
-# ---------------------------------------------------------------------------------------------- duration
-# Multiply-adds per second of one job on one worker before any has been measured: measured on 2 CPU cores
-# (the quick suite: 9.4e11 MACs in 120 s) and a conservative guess for one GPU.
-DEFAULT_THROUGHPUT: dict[str, float] = {"cpu": 8e9, "gpu": 5e11}
-
-
-def estimate_seconds(cost: int, queue: str, measured: float | None) -> float:
-    """Seconds a job of ``cost`` multiply-adds should take on one worker of ``queue``: over the throughput
-    measured on this deployment (``measured``, multiply-adds per second) or, before any, the default."""
-    rate = (
-        measured if measured is not None and measured > 0 else DEFAULT_THROUGHPUT.get(queue, DEFAULT_THROUGHPUT["cpu"])
-    )
-    return round(cost / rate, 1)

@@ -51,7 +51,9 @@ puts the runs together. A wake lost (the waker died before publishing, the messa
 (:meth:`JobStore.wake_parent`) once ``job_publish_grace_s`` has passed with the parent's message nowhere. An
 attempt that ended by parking does not count against the attempt cap (``parked_attempts``). Cancelling the
 parent cancels its queued children at once and flags the running ones; the parent ends cancelled when the last
-has ended (at once if none was running). Each record carries the ``priority`` its message is published with.
+has ended (at once if none was running). Each record carries the ``priority`` its message is published with;
+the recovery sweep publishes a job again one priority step above it, so a recovered job is claimed before the
+jobs queued after it first was (``workers.recovery``, "Place in the queue").
 
 Owners: a job belongs to the API key that created it, recorded as the field ``owner`` (a prefix of the key's
 SHA-256 digest, never the key; ``anonymous`` without keys; a record without the field is ``anonymous``). Every
@@ -78,7 +80,15 @@ from typing import Any, Literal
 import redis
 from kombu.transport import redis as kombu_redis
 
-from posenc.schemas.jobs import TERMINAL_STATUSES, Artifact, Job, JobChild, JobProgress
+from posenc.schemas.jobs import (
+    SUMMARY_ERROR_CHARS,
+    TERMINAL_STATUSES,
+    Artifact,
+    Job,
+    JobChild,
+    JobProgress,
+    JobSummary,
+)
 from posenc.settings import Settings
 
 PREFIX = "posenc:"
@@ -684,6 +694,7 @@ class JobStore:
             record["priority"] = priority
         if estimate_s is not None:
             record["estimate_s"] = json.dumps(estimate_s)
+        record["methods"] = json.dumps(method_names(spec))
         reply = self._create(
             keys=[
                 k["record"],
@@ -788,30 +799,29 @@ class JobStore:
         kind: str | None = None,
         limit: int = 50,
         parent: str | None = None,
-    ) -> list[Job]:
-        """Most recent first: ``owner``'s jobs from its own index, or (None) every job. Reads the index in pages
-        until ``limit`` matching jobs are found. The runs of a benchmark that fanned out are in no index: with
+    ) -> list[JobSummary]:
+        """Most recent first: ``owner``'s jobs from its own index, or (None) every job, as summaries (the fields
+        of ``SUMMARY_FIELDS`` are read, never the spec, result or artifacts). Reads the index in pages until
+        ``limit`` matching jobs are found. The runs of a benchmark that fanned out are in no index: with
         ``parent``, its runs (in run order) are listed instead, none when ``owner`` cannot see it."""
         if parent is not None:
             return self._list_children(parent, owner=owner, status=status, kind=kind, limit=limit)
         index = INDEX_KEY if owner is None else owner_index_key(owner)
         self.r.zremrangebyscore(index, "-inf", self._listing_horizon_ms())
-        found: list[Job] = []
+        found: list[JobSummary] = []
         page, start = max(limit, 50), 0
         while len(found) < limit:
             ids = _strs(self.r.zrevrange(index, start, start + page - 1))
             if not ids:
                 break
             start += page
-            pipe = self.r.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.hgetall(record_key(job_id))
-            records = pipe.execute()
-            for job_id, raw in zip(ids, records, strict=True):
+            for job_id, raw in zip(ids, self._summary_fields(ids), strict=True):
+                job: JobSummary | None = None
                 if raw:
-                    job = self._job(_str_dict(raw)) if _visible(_str_dict(raw), owner) else None
-                else:
-                    job = self.get(job_id, owner=owner) if status == "expired" else None
+                    job = self._summary(raw) if _visible(raw, owner) else None
+                elif status == "expired":
+                    expired = self.get(job_id, owner=owner)
+                    job = None if expired is None else summary_of(expired)
                 if job is None or (status and job.status != status) or (kind and job.kind != kind):
                     continue
                 found.append(job)
@@ -821,19 +831,16 @@ class JobStore:
 
     def _list_children(
         self, parent: str, *, owner: str | None, status: str | None, kind: str | None, limit: int
-    ) -> list[Job]:
-        raw = _str_dict(self.r.hgetall(record_key(parent)))
-        if not raw or not _visible(raw, owner):
+    ) -> list[JobSummary]:
+        benchmark = self._summary_fields([parent])[0]
+        if not benchmark or not _visible(benchmark, owner):
             return []
-        ids = [child["id"] for child in _json_or(raw.get("children"), [])]
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(record_key(job_id))
+        ids = [child["id"] for child in _json_or(benchmark.get("children"), [])]
         found = []
-        for child_raw in pipe.execute():
-            if not child_raw:
+        for raw in self._summary_fields(ids):
+            if not raw:
                 continue
-            job = record_to_job(_str_dict(child_raw))
+            job = record_to_summary(raw)
             if (status and job.status != status) or (kind and job.kind != kind):
                 continue
             found.append(job)
@@ -841,12 +848,35 @@ class JobStore:
                 break
         return found
 
+    def _summary_fields(self, ids: list[str]) -> list[dict[str, str]]:
+        """The ``SUMMARY_FIELDS`` of each job's record (empty: no record), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(record_key(job_id), SUMMARY_FIELDS)
+        return [
+            {field: str(value) for field, value in zip(SUMMARY_FIELDS, values, strict=True) if value is not None}
+            for values in pipe.execute()
+        ]
+
+    def _summary(self, raw: Mapping[str, str]) -> JobSummary:
+        """A job's summary; a benchmark that fanned out has its progress summed over its runs, as in its record."""
+        job = record_to_summary(raw)
+        entries = _json_or(raw.get("children"), None)
+        if not entries:
+            return job
+        return job.model_copy(update={"progress": family_progress(job, self._children(entries))})
+
     def _job(self, raw: Mapping[str, str]) -> Job:
         """The public record; a benchmark that fanned out shows its runs and, summed over them, its progress."""
         job = record_to_job(raw)
         entries = _json_or(raw.get("children"), None)
         if not entries:
             return job
+        children = self._children(entries)
+        return job.model_copy(update={"children": children, "progress": family_progress(job, children)})
+
+    def _children(self, entries: list[dict[str, Any]]) -> list[JobChild]:
+        """A fanned-out benchmark's runs as they are now: each run's own record, else as the benchmark kept it."""
         pipe = self.r.pipeline(transaction=False)
         for entry in entries:
             pipe.hmget(record_key(entry["id"]), "status", "progress")
@@ -865,7 +895,7 @@ class JobStore:
                 step = JobProgress.model_validate_json(progress).step if progress else 0
                 child = child.model_copy(update={"status": status, "step": min(step, child.total)})
             children.append(child)
-        return job.model_copy(update={"children": children, "progress": family_progress(job, children)})
+        return children
 
     def _listing_horizon_ms(self) -> int:
         """Index entries older than this have neither record nor tombstone left: listing trims them."""
@@ -1290,7 +1320,7 @@ def _run_name(child: JobChild) -> str:
     return (f"{child.task}: " if child.task else "") + f"{child.method} seed {child.seed}"
 
 
-def family_progress(job: Job, children: list[JobChild]) -> JobProgress:
+def family_progress(job: Job | JobSummary, children: list[JobChild]) -> JobProgress:
     """A benchmark's progress from its runs: their steps summed (a run that succeeded counts whole), an ETA from
     the pace since the benchmark started, and a stage naming the runs in progress."""
     total = sum(child.total for child in children)
@@ -1334,6 +1364,58 @@ def record_to_job(raw: Mapping[str, str]) -> Job:
         parent=raw.get("parent") or None,
         estimate_s=_json_or(raw.get("estimate_s"), None),
     )
+
+
+# The record fields a listing reads: never the spec, result or artifacts, whose size the caller chooses.
+SUMMARY_FIELDS = (
+    "id", "kind", "status", "progress", "error", "attempts", "queue", "created_at", "started_at", "finished_at",
+    "updated_at", "estimate_s", "parent", "run", "children", "owner", "methods",
+)  # fmt: skip
+
+
+def method_names(spec: Mapping[str, Any]) -> list[str]:
+    """What a listing calls a spec's method entries: each one's label, else its method, else its config preset's
+    name, else ``config`` (a config written out). Empty for a compute job's spec, which has no entries."""
+    names = []
+    for entry in spec.get("methods") or []:
+        if isinstance(entry, Mapping):
+            config = entry.get("config")
+            names.append(
+                str(entry.get("label") or entry.get("method") or (config if isinstance(config, str) else "config"))
+            )
+    return names
+
+
+def record_to_summary(raw: Mapping[str, str]) -> JobSummary:
+    """A job's summary from its ``SUMMARY_FIELDS``; a run of a benchmark is named after its own method entry."""
+    run = _json_or(raw.get("run"), None)
+    methods = [run["method"]] if run else _json_or(raw.get("methods"), None)
+    error = raw.get("error") or None
+    return JobSummary(
+        id=raw["id"],
+        kind=raw["kind"],
+        status=raw["status"],
+        progress=JobProgress.model_validate_json(raw["progress"]) if raw.get("progress") else JobProgress(),
+        error=None if error is None else error[:SUMMARY_ERROR_CHARS],
+        methods=methods,
+        attempts=int(raw.get("attempts") or 0),
+        queue=raw.get("queue") or "cpu",
+        created_at=raw["created_at"],
+        started_at=raw.get("started_at") or None,
+        finished_at=raw.get("finished_at") or None,
+        updated_at=raw.get("updated_at") or None,
+        estimate_s=_json_or(raw.get("estimate_s"), None),
+        parent=raw.get("parent") or None,
+        runs=len(_json_or(raw.get("children"), [])),
+    )
+
+
+def summary_of(job: Job) -> JobSummary:
+    """The summary of a whole record (an expired job's, made from its tombstone)."""
+    fields = {name: getattr(job, name) for name in JobSummary.model_fields if name not in ("methods", "runs")}
+    error = fields["error"]
+    fields["error"] = None if error is None else error[:SUMMARY_ERROR_CHARS]
+    return JobSummary(**fields, methods=None, runs=len(job.children))
 
 
 def _expired_job(job_id: str, tomb: Mapping[str, Any]) -> Job:

@@ -7,6 +7,7 @@ import the other.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +22,17 @@ GiB = 1024 * MiB
 
 def _default_state_dir() -> Path:
     return Path.home() / ".local" / "state" / "posenc"
+
+
+WORKER_MEMORY_SHARE = 0.5  # of the machine's memory: a job's default budget, the rest for other processes
+
+
+def _default_worker_memory() -> int:
+    """Half of this machine's physical memory (``os.sysconf``); 8 GiB where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * WORKER_MEMORY_SHARE)
+    except (ValueError, OSError, AttributeError):
+        return 8 * GiB
 
 
 class Settings(BaseSettings):
@@ -99,7 +111,8 @@ class Settings(BaseSettings):
         default=20,
         ge=1,
         description="failed authentications one client address may make in a minute before its requests "
-        "are answered 429 for the rest of that minute",
+        "without a valid key are answered 429 for the rest of that minute; a valid key is never refused by this "
+        "count (only by rate_limit_per_minute)",
     )
     public_health: bool = Field(
         default=False,
@@ -173,6 +186,14 @@ class Settings(BaseSettings):
         "x (3 x train steps x batch_size x train length + the evaluation tokens) x the model's multiply-adds per "
         "token (its width, depth and attention span); 413 above; compute jobs count 1 (about 4 h of a 2-core CPU "
         "at the default)",
+    )
+    worker_memory_bytes: int = Field(
+        default_factory=_default_worker_memory,
+        ge=1,
+        description="largest peak memory of one run of a training job, estimated from the spec (weights, AdamW "
+        "state, activations at the batch and at the longest evaluation size, attention maps, method tables); 413 "
+        "above; default half of the machine's memory (set it to a worker's, or its GPU's, when the gateway runs "
+        "elsewhere)",
     )
     worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="worker liveness beat (readyz)")
     worker_soft_shutdown_timeout_s: float = Field(

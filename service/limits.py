@@ -8,10 +8,14 @@
 - API keys (``X-API-Key``) are hashed and compared in constant time against the digest of every configured
   key (the gateway holds only digests). A key's principal owns the jobs it creates (its owner id is a digest
   prefix); admin keys see every job; without keys there is one tenant that sees everything.
-- Failed authentications are counted per client address: after ``auth_failures_per_minute`` the address
-  gets 429 for the rest of the minute, whatever key it sends.
+- Failed authentications (no key, a wrong key) are counted per client address: after
+  ``auth_failures_per_minute`` of them, the address's requests without a valid key get 429 for the rest of
+  the minute. A valid key is never refused by that count (many clients may share an address, a proxy's):
+  it is looked up first and is then subject only to its own rate limit. So a blocked address still learns
+  whether a key is right; what stops guessing is the keys' length, not this count.
 - Rate limit: a fixed one-minute window per key, counted in Redis when ``redis_url`` is set (shared by
-  every gateway process) and in memory otherwise; the failure count uses the same windows.
+  every gateway process) and in memory otherwise; the failure count uses the same windows, in buckets of its
+  own (``authfail:<address>``), apart from every key's.
 """
 
 from __future__ import annotations
@@ -133,14 +137,18 @@ class ComputeSlots:
         finally:
             self.release()
 
-    async def serve(self, settings: Settings, make_plan: Callable[[], Plan[T]], answer: Callable[[T], R]) -> R:
+    async def serve(
+        self, settings: Settings, make_plan: Callable[[], Plan[T]], answer: Callable[[T], R], body: Any = None
+    ) -> R:
         """A request planned (validated, resolved, costed), checked against the budgets (413), run, and its
         ``answer`` encoded, all in a compute slot: for routes whose planning itself is work (a model config to
-        resolve) and whose answers are JSON built in Python. Errors name their field under ``body``."""
+        resolve) and whose answers are JSON built in Python. Errors name their field under ``body``; the input
+        tensors ``body`` declares (random specs in raw params too) are checked before any planning."""
         budgets = Budgets.from_settings(settings)
 
         def work() -> R:
             with located(("body",)):
+                budgets.check_declared(body)
                 plan = make_plan()
                 budgets.check(plan.cost, plan.hint)
                 return answer(plan.run())
@@ -438,12 +446,16 @@ def _too_many_failures(limiter: RateLimiter, retry_after: int) -> ProblemError:
 
 
 async def identify(request: Request, api_key: str | None) -> Principal:
-    """The principal of a request: the single tenant without keys; else the key's, or 401. An address whose
-    failures this minute reached ``auth_failures_per_minute`` gets 429 before its key is even looked at, so
-    guessing gets no answer, right or wrong, until the window ends."""
+    """The principal of a request: the single tenant without keys; else the key's, or 401. A valid key is
+    looked up first and always passes (its own rate limit is ``authenticate``'s); a request without one from an
+    address whose failures this minute reached ``auth_failures_per_minute`` gets 429 instead of 401, and is
+    not counted again."""
     keyring: KeyRing = request.app.state.keyring
     if not keyring.enabled:
         return SINGLE_TENANT
+    principal = keyring.identify(api_key) if api_key else None
+    if principal is not None:
+        return principal
     failures: RateLimiter = request.app.state.auth_failures
     metrics: Metrics = request.app.state.metrics
     address = _client_address(request)
@@ -451,9 +463,6 @@ async def identify(request: Request, api_key: str | None) -> Principal:
     if blocked is not None:
         metrics.auth_failures.labels("blocked").inc()
         raise _too_many_failures(failures, blocked)
-    principal = keyring.identify(api_key) if api_key else None
-    if principal is not None:
-        return principal
     metrics.auth_failures.labels("missing" if not api_key else "invalid").inc()
     retry_after = await failures.retry_after("authfail:" + address)
     if retry_after is not None:

@@ -40,9 +40,16 @@ is lost, the sweep publishes a parked benchmark whose runs have all ended, not w
 ``job_publish_grace_s`` + ``job_sweep_interval_s`` = 45 s too.
 
 So 45 s with the defaults, whatever the visibility timeout, provided one worker of the job's queue is alive
-to sweep (a worker that starts sweeps at once); then it runs as soon as such a worker is free (behind the jobs
-queued before it), after that worker's child start. Not covered: a job whose *record* Redis lost (created within
-the last second before Redis was killed, with ``appendfsync everysec``): it is then unknown (404), not stranded.
+to sweep (a worker that starts sweeps at once); then it runs as soon as such a worker is free, after that
+worker's child start. Not covered: a job whose *record* Redis lost (created within the last second before Redis
+was killed, with ``appendfsync everysec``): it is then unknown (404), not stranded.
+
+Place in the queue. Every job the sweep publishes again (a requeue above, a lost or never published message) is
+published one priority step above the fresh jobs of its priority (``workers.names.requeue_priority``: a short
+job's 3 becomes 0, a benchmark run's 9 becomes 6; the record keeps its own). kombu's consumer pops the highest
+step first, so the job is claimed before every job queued after it first was, not behind every job submitted
+since: it waits only for the jobs running and for other recovered jobs of its step published before it. A
+recovered benchmark run still waits behind fresh short jobs, as a fresh run does.
 
 The same timer writes this worker's heartbeat, which ``/readyz`` reads. Both run on the worker's own timer
 (the event loop of the parent process), not in a thread: the parent forks a child per job, and forking while
@@ -61,7 +68,7 @@ from celery.signals import task_received
 
 from posenc.jobstore import JobStore, store_from_settings
 from posenc.settings import get_settings
-from workers.names import PRIORITY_HIGH, QUEUES, RUN_JOB
+from workers.names import PRIORITY_HIGH, QUEUES, RUN_JOB, requeue_priority
 from workers.publish import publish_job
 
 logger = logging.getLogger(__name__)
@@ -99,7 +106,7 @@ def sweep_orphaned_jobs(app: Celery, store: JobStore, publish_grace_s: float) ->
     requeued += _republish_lost(app, store, publish_grace_s)
     for job_id in store.take_unpublished(publish_grace_s):
         queue, priority = store.publish_target(job_id)
-        publish_job(app, job_id, queue, priority)
+        publish_job(app, job_id, queue, requeue_priority(priority))
         logger.warning("job %s: queued but never published; published on %r", job_id, queue)
         requeued.append(job_id)
     requeued += _wake_parked(app, store, publish_grace_s)
@@ -108,9 +115,9 @@ def sweep_orphaned_jobs(app: Celery, store: JobStore, publish_grace_s: float) ->
 
 def _republish(app: Celery, store: JobStore, job_id: str, why: str) -> None:
     """Publish a job that a requeue script put back to ``queued`` (and into ``jobs:unpublished``: if this
-    process dies before the publish, the unpublished sweep publishes it)."""
+    process dies before the publish, the unpublished sweep publishes it), one priority step above fresh jobs."""
     queue, priority = store.publish_target(job_id)
-    publish_job(app, job_id, queue, priority)
+    publish_job(app, job_id, queue, requeue_priority(priority))
     store.mark_published(job_id)
     logger.warning("job %s: %s; requeued on %r", job_id, why, queue)
 

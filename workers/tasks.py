@@ -281,16 +281,22 @@ def _run(
 
 
 def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, hooks: AttemptHooks) -> None:
-    """A fresh attempt that ran its whole work measured its queue's throughput: fold it into the estimate new
-    jobs are given (``Job.estimate_s``). A resumed attempt did part of the work; it measures nothing."""
+    """A fresh attempt that ran its whole work measured how fast its queue runs work of its kind: the factor
+    of its time over the defaults' (``posenc.job_estimates.measured_speed``) is folded into the moving average
+    of (queue, task family, attention path) that new jobs' ``estimate_s`` are scaled by. A resumed attempt did
+    part of the work; it measures nothing."""
     if hooks.resumed_from_step > 0 or seconds <= 0:
         return
-    from posenc.jobspec import job_cost
+    from posenc.job_estimates import measured_speed, speed_key
 
+    measured = measured_speed(work, seconds)
+    if measured is None:
+        return
+    family, path, speed = measured
     try:
-        store.record_throughput(queue, job_cost(work) / seconds)
+        store.record_throughput(speed_key(queue, family, path), speed)
     except RedisError:  # advisory, like progress
-        logger.exception("throughput write failed")
+        logger.exception("speed write failed")
 
 
 # ------------------------------------------------------------------------------------------ benchmarks that fan out

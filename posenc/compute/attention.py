@@ -9,6 +9,7 @@ from posenc.compute.common import (
     OutputSpec,
     Prepared,
     TensorResult,
+    method_cost,
     method_meta,
     parse_params,
 )
@@ -28,6 +29,7 @@ from posenc.pe import (
     get_method,
 )
 from posenc.pe.appliers import Layer, build_applier
+from posenc.pe.types import Extent
 from posenc.schemas.compute import (
     AttentionRequest,
     default_query_offset,
@@ -203,8 +205,9 @@ def prepare_attention(request: AttentionRequest) -> Prepared:
         input_elements=input_elements(request, params, ("q", "k", "v", "x", "key_padding_mask", "positions")),
         shrink_hint="make the request smaller (fewer heads, shorter sequences)",
         run=run,
-        fields=(("q", "shape"), ("k", "shape")),
+        fields=(("q", "shape"), ("k", "shape"), *((("x", "shape"),) if request.x is not None else ())),
         matmul_macs=batch * heads * q_len * k_len * (head_dim + v_dim),
         # per score: the method's terms, the mask, the softmax in the compute dtype and the statistics
         extra_work=WORK_PER_SCORE * batch * heads * q_len * k_len + graph_work(request.graph, spec),
+        method=method_cost(spec, params, Extent(q_len, k_len, heads, head_dim, batch, model_dim or 0)),
     )

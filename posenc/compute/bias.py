@@ -10,6 +10,7 @@ from posenc.compute.common import (
     OutputSpec,
     Prepared,
     TensorResult,
+    method_cost,
     method_meta,
     parse_params,
     resolve_method,
@@ -29,6 +30,7 @@ from posenc.pe import (
     bias_toeplitz,
 )
 from posenc.pe.appliers import Layer, bias_applier
+from posenc.pe.types import Extent
 from posenc.schemas.compute import (
     BiasRequest,
 )
@@ -91,6 +93,10 @@ def prepare_bias(request: BiasRequest) -> Prepared:
         shrink_hint=shrink_hint,
         run=run,
         fields=(("num_heads",), ("query_length",), ("key_length",)),
+        # the Toeplitz table is the method on Nq + Nk − 1 queries against one key
+        method=method_cost(
+            spec, params, Extent(q_len + k_len - 1, 1, heads, 1) if toeplitz else Extent(q_len, k_len, heads, 1)
+        ),
     )
 
 
@@ -134,4 +140,5 @@ def _prepare_bias_layout(request: BiasRequest, spec: MethodSpec, params: MethodP
         run=run,
         fields=(("num_heads",), ("grid",) if request.grid is not None else ("graph",)),
         extra_work=graph_work(request.graph, spec),
+        method=method_cost(spec, params, Extent(tokens, tokens, heads, 1)),
     )

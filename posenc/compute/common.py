@@ -20,6 +20,7 @@ from posenc.pe import (
     get_method,
 )
 from posenc.pe.kinds import require_kind
+from posenc.pe.types import Extent
 from posenc.schemas.jobs import ComputeRoute
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import ITEMSIZE, RandomTensor, TensorData, tensor_fields
@@ -72,6 +73,18 @@ class TensorResult:
 WORK_PER_WORD = 12
 # Work units per multiply-add of a matrix product (about 8 per ns on one core in float32).
 WORK_PER_MAC = 1 / 8
+# Work units per value drawn from a seeded generator (torch.randn: 8-16 ns a value on the reference machine).
+WORK_PER_DRAWN = 16
+
+
+def method_cost(spec: MethodSpec, params: MethodParams, extent: Extent, loc: Loc = ("params",)) -> Cost:
+    """What ``params`` make ``spec`` compute at ``extent`` (its registered ``param_cost``) in the cost model's
+    terms: the values it draws and allocates (float64 at worst) as workspace, their work, its multiply-adds; the
+    params that drive it named under ``loc``."""
+    cost = spec.cost_of(params, extent)
+    values = cost.drawn + cost.elements
+    work = WORK_PER_DRAWN * cost.drawn + WORK_PER_WORD * (values + cost.passes) + math.ceil(WORK_PER_MAC * cost.macs)
+    return Cost(workspace_bytes=8 * values, work=work, fields=tuple((*loc, name) for name in cost.params))
 
 
 @dataclass
@@ -87,6 +100,7 @@ class Prepared:
     fields: tuple[Loc, ...] = ()  # the request fields its size follows
     matmul_macs: int = 0  # multiply-adds of its matrix products, beyond the elementwise passes
     extra_work: int = 0  # work units beyond both (per-entry work a route knows it does)
+    method: Cost = field(default_factory=Cost)  # what the method's params make it compute (``method_cost``)
 
     @property
     def cost(self) -> Cost:
@@ -98,7 +112,7 @@ class Prepared:
             work=WORK_PER_WORD * (self.total_bytes // 4) + math.ceil(WORK_PER_MAC * self.matmul_macs) + self.extra_work,
             fields=self.fields,
             input_elements=self.input_elements,
-        )
+        ).plus(self.method)
 
     @property
     def total_bytes(self) -> int:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from posenc.errors import BudgetExceeded, Loc
+from posenc.schemas.tensors import declared_inputs
 from posenc.settings import Settings
 
 T = TypeVar("T")
@@ -104,6 +105,16 @@ class Budgets:
             if size > limit:
                 raise BudgetExceeded(what, size, limit, hint, unit=unit, setting=setting, fields=cost.fields)
 
+    def check_declared(self, body: Any, hint: str = "send fewer or smaller tensors") -> None:
+        """The input tensors ``body`` declares anywhere (``declared_inputs``: random specs in raw params too),
+        against ``max_input_elements`` before any is decoded or drawn; the 413 names the largest."""
+        found = declared_inputs(body)
+        total = sum(elements for _, elements in found)
+        if total > self.max_input_elements:
+            largest = tuple(loc for loc, _ in sorted(found, key=lambda item: -item[1]))[:3]
+            cost = Cost(input_elements=total, fields=largest)
+            self.check(cost, hint, json_answer=False)
+
     def small(self, cost: Cost) -> bool:
         """Whether the work is small enough to do on the event loop (less than handing it to a thread)."""
         return cost.total_bytes <= self.inline_bytes and cost.work <= self.inline_work
@@ -112,3 +123,20 @@ class Budgets:
 def fields(*locs: Loc | str) -> tuple[Loc, ...]:
     """Field locs from tuples or dotted names (``"setup_a.rotary_dim"``)."""
     return tuple(loc if isinstance(loc, tuple) else tuple(loc.split(".")) for loc in locs)
+
+
+class Meter:
+    """Costs charged one after another against one set of budgets (None: unbounded), the running total checked at
+    each charge, before the work it pays for: the checks of a job spec, whose every method entry does work of its
+    own before the job is queued (its dry run, its seeded tables)."""
+
+    def __init__(self, budgets: Budgets | None = None, hint: str = "make the request smaller") -> None:
+        self.budgets = budgets
+        self.hint = hint
+        self.total = Cost()
+
+    def charge(self, cost: Cost) -> None:
+        """Add ``cost``; ``BudgetExceeded`` (a 413 naming its fields) when the total is over a budget."""
+        self.total = self.total.plus(cost)
+        if self.budgets is not None:
+            self.budgets.check(self.total, self.hint, json_answer=False)

@@ -10,6 +10,7 @@ from posenc.compute.common import (
     OutputSpec,
     Prepared,
     TensorResult,
+    method_cost,
     method_meta,
     parse_params,
     resolve_method,
@@ -24,6 +25,7 @@ from posenc.pe import (
     encoding,
 )
 from posenc.pe.appliers import Layer, build_applier, grid_positions
+from posenc.pe.types import Extent
 from posenc.schemas.compute import (
     EncodingRequest,
 )
@@ -71,4 +73,5 @@ def prepare_encoding(request: EncodingRequest) -> Prepared:
         run=run,
         fields=(("length",) if request.length is not None else ("grid",) if request.grid else ("graph",), ("dim",)),
         extra_work=graph_work(request.graph, spec),
+        method=method_cost(spec, params, Extent(math.prod(grid), math.prod(grid), 1, request.dim)),
     )

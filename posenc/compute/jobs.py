@@ -55,12 +55,14 @@ def prepare_job(spec: ComputeJobSpec) -> Prepared:
 
 def check_job_budget(prepared: Prepared, limit: int) -> None:
     """A compute job's own budget (``max_job_output_bytes``): outputs plus workspace; BudgetExceeded is a 413."""
-    if prepared.total_bytes > limit:
+    cost = prepared.cost
+    if cost.total_bytes > limit:
         raise BudgetExceeded(
             "the memory this compute job needs (outputs and workspace)",
-            prepared.total_bytes,
+            cost.total_bytes,
             limit,
             f"{prepared.shrink_hint} (the limit of a compute job is the setting max_job_output_bytes)",
+            fields=cost.fields,
         )
 
 

@@ -11,12 +11,18 @@ formulas are in work units (about 1 ns of one core, ``posenc.compute.cost``), me
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
+from posenc.compute.common import method_cost
 from posenc.compute.cost import Cost, Plan, fields
+from posenc.compute.inputs import elements
 from posenc.errors import located
+from posenc.pe import UnknownMethodError, get_method
+from posenc.pe.types import Extent
 from posenc.real_models import diagnostics
 from posenc.real_models.config_fields import check_json_value
 from posenc.real_models.configs import config_layer, convert_config, query_temperature, resolve_config
@@ -36,6 +42,7 @@ from posenc.schemas.rope import (
     SetupIn,
     TemperatureRequest,
 )
+from posenc.schemas.tensors import tensor_fields
 
 # Work units per element of each route's inner loop (about 1 ns of one core each).
 WORK_PER_JSON_ELEMENT = 60  # building and encoding one number of a JSON answer
@@ -66,6 +73,22 @@ def _setup(setup: SetupIn, field: str) -> diagnostics.RotarySetup:
         return setup_from(setup)
 
 
+def _method_cost(setup: diagnostics.RotarySetup, extent: Extent, field: str, *, times: int = 1) -> Cost:
+    """What a setup's method params make it compute at ``extent``, ``times`` over (``method_cost``), with the
+    params' own tensors as inputs, named under ``field``; nothing for a method or params that are refused (the
+    setup's error then comes when it is applied, before any work)."""
+    loc: tuple[str, ...] = (field, "params") if setup.layer is None else (field, "config")
+    try:
+        spec = get_method(setup.method)
+        params = spec.parse_params(dict(setup.params))
+    except (UnknownMethodError, ValidationError):
+        return Cost()
+    cost = method_cost(spec, params, extent, loc)
+    inputs = elements(tensor_fields(params))
+    named = (*cost.fields, loc) if inputs else cost.fields
+    return Cost(workspace_bytes=cost.workspace_bytes, work=cost.work * times, fields=named, input_elements=inputs)
+
+
 def _json_cost(elements: int, work: int, *locs: str) -> Cost:
     return Cost(json_elements=elements, work=work + WORK_PER_JSON_ELEMENT * elements, fields=fields(*locs))
 
@@ -76,6 +99,7 @@ def plan_frequencies(request: FrequenciesRequest) -> Plan[dict[str, Any]]:
     setup = _setup(request.setup, "setup")
     pairs = setup.rotary_dim // 2
     cost = _json_cost(9 * pairs, WORK_PER_PAIR_REPORT * pairs, "setup.rotary_dim")
+    cost = cost.plus(_method_cost(setup, Extent(1, 1, 1, setup.rotary_dim), "setup"))
     run = functools.partial(_frequencies, setup, request.train_length)
     return Plan(cost, run, "use a smaller rotary_dim")
 
@@ -97,7 +121,7 @@ def plan_precision(request: PrecisionRequest) -> Plan[dict[str, Any]]:
         work=bands * (rotated + logits),
         workspace_bytes=bands * 8 * (4 * positions * dim + 3 * positions * positions),
         fields=fields("positions_per_band", "positions_bands", "setup.rotary_dim"),
-    )
+    ).plus(_method_cost(setup, Extent(positions, positions, 1, dim), "setup", times=2 * bands))
     run = functools.partial(
         _precision, setup, request.dtype, request.positions_bands, request.seed, request.positions_per_band
     )
@@ -121,6 +145,11 @@ def plan_compare(request: CompareRequest) -> Plan[dict[str, Any]]:
         workspace_bytes=min(positions, diagnostics.scan_chunk(setup_a.rotary_dim)) * features * 8 * 6,
         fields=fields("max_position", "setup_a.rotary_dim", "setup_b.rotary_dim"),
     )
+    for setup, field in ((setup_a, "setup_a"), (setup_b, "setup_b")):  # the frequencies of every chunk
+        chunk = min(positions, diagnostics.scan_chunk(setup.rotary_dim))
+        cost = cost.plus(
+            _method_cost(setup, Extent(chunk, chunk, 1, setup.rotary_dim), field, times=-(-positions // chunk))
+        )
     run = functools.partial(
         _compare,
         setup_a,
@@ -162,7 +191,7 @@ def plan_decode(request: DecodeRequest) -> Plan[dict[str, Any]]:
         work=work + WORK_PER_JSON_ELEMENT * 4 * steps,
         workspace_bytes=4 * (prefill + steps) * dim * 8,
         fields=fields("prefill", "steps", "setup.rotary_dim"),
-    )
+    ).plus(_method_cost(setup, Extent(prefill + steps, prefill + steps, 1, dim), "setup", times=steps + 1))
     run = functools.partial(_decode, setup, prefill, steps, request.tolerance, request.seed)
     return Plan(cost, run, "decode fewer steps, after a shorter prefill, or with a smaller rotary_dim")
 
@@ -310,6 +339,12 @@ def plan_serve_check(request: ServeCheckRequest) -> Plan[dict[str, Any]]:
             "length", "chunk_sizes", "prefill", "batch_lengths", "documents", "window", "heads", "setup.rotary_dim"
         ),
     )
+    if layer.applier is not None:  # the method's own work on every call of its hooks, on a pass of average size
+        spec, params = layer.applier.spec, layer.applier.params
+        side = max(1, math.isqrt(-(-entries // max(calls, 1))))  # Nq = Nk of a pass with the mean logits per call
+        extent = Extent(side, side, heads, dim)
+        method = method_cost(spec, params, extent, ("setup", "params") if setup.config is None else ("setup", "config"))
+        cost = cost.plus(Cost(workspace_bytes=method.workspace_bytes, work=calls * method.work, fields=method.fields))
     run = functools.partial(_serve_check, layer, schedules, request.tolerance, request.seed)
     return Plan(cost, run, "check shorter sequences (length, batch_lengths, documents), larger chunks, fewer heads")
 

@@ -11,6 +11,7 @@ from posenc.compute.common import (
     OutputSpec,
     Prepared,
     TensorResult,
+    method_cost,
     method_meta,
     parse_params,
     resolve_method,
@@ -28,6 +29,7 @@ from posenc.pe import (
     MethodSpec,
 )
 from posenc.pe.appliers import Layer, rotary_applier
+from posenc.pe.types import Extent
 from posenc.real_models.diagnostics import RotarySetup, rotation
 from posenc.schemas.compute import (
     MAX_ROTARY_POSITION,
@@ -61,6 +63,7 @@ def prepare_rotary(request: RotaryRequest) -> Prepared:
     q_dtype, q_shape = float_input(request.q, ("q",), 4, "(B, H, N, D)")
     seq_len, head_dim = q_shape[2], q_shape[3]
     setup, spec, params = _rotary_setup(request, head_dim)
+    params_loc = ("params",) if setup.layer is None else ("config",)
     rotary_dim, start = setup.rotary_dim, setup.start
     out_dtype = request.dtype or q_dtype
     compute_dtype = compute_dtype_for(torch_dtype(q_dtype))
@@ -160,6 +163,7 @@ def prepare_rotary(request: RotaryRequest) -> Prepared:
         shrink_hint="make the request smaller",
         run=run,
         fields=(("q", "shape"), ("k", "shape")),
+        method=method_cost(spec, params, Extent(seq_len, seq_len, q_shape[1], rotary_dim, q_shape[0]), params_loc),
     )
 
 

@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, rope_inv_freq
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import AbsoluteContext
+from posenc.pe.types import AbsoluteContext, Extent, ParamCost
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 from posenc.tensors import to_torch
@@ -201,6 +201,15 @@ def _initial_learned_table(params: LearnedAbsoluteParams, dim: int) -> torch.Ten
     return torch.nn.init.trunc_normal_(table, mean=0.0, std=0.02, a=-0.04, b=0.04, generator=generator)
 
 
+def learned_absolute_cost(params: LearnedAbsoluteParams, extent: Extent) -> ParamCost:
+    """The seeded (max_positions, D) table, drawn whole whatever the length (a truncated normal's transform is
+    about 7 passes more per value); nothing with a supplied table."""
+    if params.table is not None:
+        return ParamCost()
+    values = params.max_positions * extent.width
+    return ParamCost(drawn=values, passes=7 * values if params.init == "bert" else 0, params=("max_positions",))
+
+
 def learned_absolute_init(params: LearnedAbsoluteParams, ctx: AbsoluteContext) -> dict[str, torch.Tensor]:
     """The paper's initial table from params.seed (see ``MethodSpec.learned_init``)."""
     return {"table": _initial_learned_table(params, ctx.dim)}
@@ -214,6 +223,7 @@ def learned_absolute_init(params: LearnedAbsoluteParams, ctx: AbsoluteContext) -
     "BERT (NAACL 2019). https://arxiv.org/abs/1810.04805",
     learned=True,
     learned_init=learned_absolute_init,
+    param_cost=learned_absolute_cost,
     conventions={
         "positions": "0-based; RoBERTa's padding_idx + 1 offset is not applied",
         "init": "gpt2: N(0, 0.01), the wpe init of openai/gpt-2 (HF re-initialises with 0.02); "
@@ -293,6 +303,14 @@ def _initial_axial_tables(params: AxialParams, dims: list[int]) -> list[torch.Te
     ]
 
 
+def axial_cost(params: AxialParams, extent: Extent) -> ParamCost:
+    """The seeded tables Σ_i n_i·d_i (each factor at most D wide; nothing drawn with supplied tables); the N
+    rows gathered from them are the route's own output."""
+    widest = max(params.dims) if params.dims is not None else extent.width
+    drawn = sum(params.shape) * widest if params.tables is None else 0
+    return ParamCost(drawn=drawn, params=("shape",))
+
+
 def axial_init(params: AxialParams, ctx: AbsoluteContext) -> dict[str, list[torch.Tensor]]:
     """The initial tables from params.seed (see ``MethodSpec.learned_init``); ``tables`` is a list field."""
     return {"tables": _initial_axial_tables(params, _axial_dims(params, ctx.dim))}
@@ -305,6 +323,7 @@ def axial_init(params: AxialParams, ctx: AbsoluteContext) -> dict[str, list[torc
     paper="Kitaev, Kaiser, Levskaya. Reformer: The Efficient Transformer (ICLR 2020). https://arxiv.org/abs/2001.04451",
     learned=True,
     learned_init=axial_init,
+    param_cost=axial_cost,
     conventions={
         "factor_order": "row-major mixed radix, the first factor is the slow axis (HF): p = r·n2 + c",
         "layout": "PE[p] = concat(E1[r], E2[c]): the first d1 features come from the first factor",

@@ -821,10 +821,10 @@ class RotaryApplier(Applier):
 
     def rotation_elements(self, tokens: int) -> int:
         """Elements of the rotation matrices for ``tokens`` tokens (block rotations; 0 for cos/sin tables)."""
-        freqs = self.frequencies(max(tokens, 1), torch.device("cpu"))  # generators are small: (Hg, A, m, b, b)
-        if not isinstance(freqs, RotaryGenerators):
+        if self.spec.block_rotation is None:
             return 0
-        return int(freqs.generators.shape[0]) * tokens * self.rotary_dim * freqs.block_size
+        heads, block = self.spec.block_rotation(self.params, self.layer.num_heads)  # nothing drawn to know it
+        return heads * tokens * self.rotary_dim * block
 
     def extra_workspace_elements(self, batch: int, q_len: int, k_len: int) -> int:
         return self.rotation_elements(q_len) + self.rotation_elements(k_len)

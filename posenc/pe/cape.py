@@ -21,7 +21,7 @@ from posenc.errors import InvalidInput
 from posenc.pe.kinds import bias_dense, causal_mask
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, MethodSpec, Seed, UnknownMethodError, get_method, register
-from posenc.pe.types import BiasContext, LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import BiasContext, Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -131,9 +131,31 @@ def cape_workspace(params: CapeParams, ctx: ScoreContext, batch: int) -> int:
     return batch * ctx.query_length * ctx.key_length * (2 * ctx.num_heads + 2 * params.mlp_width)
 
 
+def cape_cost(params: CapeParams, extent: Extent) -> ParamCost:
+    """Beyond ``cape_workspace``: the seeded MLP (width·(3H + 1) + H values), its width·3H multiply-adds per (b, i, j)
+    with a pass over the hidden layer (its bias), the base bias (H, Nq, Nk) with its causal copy, the features'
+    contiguous copy (2H per pair) and one more map, and the base method's own cost at the extent."""
+    spec, base_params = _base_method(params)
+    width, heads = params.mlp_width, extent.heads
+    seeded = any(getattr(params, name) is None for name in ("w1", "b1", "w2", "b2"))
+    points = extent.batch * extent.pairs  # (b, i, j)
+    own = ParamCost(
+        drawn=width * (3 * heads + 1) + heads if seeded else 0,
+        elements=points * 3 * heads + 2 * heads * extent.pairs,
+        macs=points * 3 * heads * width,
+        passes=points * width,
+        params=("mlp_width",),
+    )
+    base = spec.cost_of(base_params, Extent(extent.queries, extent.keys, heads, 1))
+    return own.plus(
+        ParamCost(base.drawn, base.elements, base.macs, ("base_params",) if base.params else (), base.passes)
+    )
+
+
 @register(
     "cape",
     workspace=lambda params, ctx, batch: cape_workspace(params, ctx, batch),
+    param_cost=cape_cost,
     kind=Kind.SCORE_MOD,
     params=CapeParams,
     paper=CAPE_PAPER,

@@ -18,12 +18,29 @@ the eager 0.38 ms on (1, 32, 4096, 128) on an H100 (bench/gpu_check.py).
 float32 only: the kernel may fuse a multiply into an add (one rounding fewer), which float32 allows (results
 agree to float32 rounding) and float64, the reference dtype that must equal the plain formula bit for bit, does
 not. Autograd keeps the eager, differentiable path.
+
+Exit: the compile thread is a daemon (nothing waits for a kernel nobody may use), and a daemon thread must not
+still run torch when the interpreter finalizes: CPython 3.11 ends such a thread with ``pthread_exit`` as soon as
+it takes the GIL back, which from inside a C++ frame of torch (one that released the GIL for an op) aborts the
+whole process ("terminate called without an active exception", exit 134). So an ``atexit`` hook, which runs
+while threads still run normally, ends every compile first: no compile starts any more, one under way is
+cancelled (``_Cancelled`` raised in its thread at its next line of Python: Dynamo and Inductor are mostly
+Python, so within a second or so, or when a C++ compiler run in progress ends; sent again every
+``CANCEL_REPEAT_S``, since one that lands in a weakref callback is dropped, and kept off stderr), and the hook
+waits for the thread to be gone, at most ``EXIT_WAIT_S``. A cancelled compile leaves nothing half-made for a
+later process: Inductor writes each cache entry whole (a temporary file renamed). Waiting for the compile to
+finish instead would add the rest of it to a short script's exit (10 to 20 s cold, and up to 50 s from the cache
+on a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import logging
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -33,6 +50,10 @@ Pairing = Literal["half", "interleaved"]
 
 # Below this a rotation is a few passes over cached data either way and compiled dispatch buys nothing.
 COMPILE_MIN_BYTES = 4 << 20
+# How long exit waits for a cancelled compile's thread to end: longer than a C++ compiler run of Inductor's
+# (about 8 s on a loaded 2-core machine), the longest stretch in which a cancel cannot land.
+EXIT_WAIT_S = 60.0
+CANCEL_REPEAT_S = 0.05
 
 logger = logging.getLogger(__name__)
 _enabled = True
@@ -93,6 +114,33 @@ def _kernel(key: Pairing) -> _Kernel:
         return kernel
 
 
+def _end_compiles() -> None:
+    """At exit, before the interpreter finalizes: every compile cancelled, and its thread waited for."""
+    with _lock:
+        kernels = list(_kernels.values())
+    if not kernels:
+        return
+    previous_hook = sys.unraisablehook
+
+    def quiet_cancels(unraisable: sys.UnraisableHookArgs) -> None:
+        if not isinstance(unraisable.exc_value, _Cancelled):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = quiet_cancels
+    for kernel in kernels:
+        kernel.cancel()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for kernel in kernels:
+        while not kernel.join(CANCEL_REPEAT_S):
+            if time.monotonic() >= deadline:
+                logger.warning("the %s rotary kernel's compile did not stop within %s s", kernel.key, EXIT_WAIT_S)
+                break
+            kernel.cancel()  # again: a cancel raised where Python drops exceptions (a weakref callback) is lost
+
+
+atexit.register(_end_compiles)
+
+
 def wait_until_ready(pairing: Pairing) -> bool:
     """Compile the kernel of this kind now, on this thread if nobody has started it, and wait for it: True when
     it is ready, False when compiling failed or is switched off (tests, warm-ups)."""
@@ -119,22 +167,52 @@ def _fused_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairi
     return rotated
 
 
+class _Cancelled(BaseException):
+    """Raised in a compile thread at exit; not an ``Exception``, so that no fallback of torch's takes it in."""
+
+
+def _checkpoint() -> None:
+    """A Python call: a pending asynchronous exception (a cancel) is raised on entering it, at the latest."""
+
+
 class _Kernel:
-    """One pairing's compiled kernel and its state: not started, compiling (``done`` unset), ready or failed."""
+    """One pairing's compiled kernel and its state: not started, compiling (``done`` unset), ready or failed;
+    cancelled at exit (failed, for good)."""
 
     def __init__(self, key: Pairing) -> None:
         self.key = key
         self.compiled: Callable[..., torch.Tensor] | None = None
         self.done = threading.Event()
-        self._started = False
-        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._cancelled = False
+        self._running = False  # the thread is inside the compile's try, where a cancel may land
+        self._state = threading.Lock()
 
     def start(self) -> None:
-        with self._start_lock:
-            if self._started:
+        with self._state:
+            if self._thread is not None or self.done.is_set():
                 return
-            self._started = True
-        threading.Thread(target=self._compile, name=f"posenc-compile-{self.key}", daemon=True).start()
+            if self._cancelled:  # exiting: no new compile
+                self.done.set()
+                return
+            self._thread = threading.Thread(target=self._compile, name=f"posenc-compile-{self.key}", daemon=True)
+            self._thread.start()
+
+    def cancel(self) -> None:
+        """Stop compiling: a compile not yet begun never begins, one under way gets ``_Cancelled`` raised."""
+        with self._state:
+            self._cancelled = True
+            thread = self._thread
+            if self._running and thread is not None and thread.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Cancelled))
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the compile thread to end; True when none runs (any more)."""
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0.0))
+        return not thread.is_alive()
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
         if not self.done.is_set():
@@ -151,24 +229,44 @@ class _Kernel:
             _dynamo_turn.release()
 
     def _compile(self) -> None:
-        pairing = self.key
         try:
-            import torch._inductor.config as inductor_config
-
-            # no pool of compile subprocesses forked from a server's process
-            inductor_config.compile_threads = 1
-            compiled = torch.compile(_fused_rotation, dynamic=True, fullgraph=True)
-            # sizes like a real head's: Inductor picks its loop order and vector width from the example's sizes
-            # (a tiny example gave a kernel 1.6x slower on (32, 4096, 128)); none of them 0 or 1
-            length, half_rot = 256, 64
-            example = torch.randn(4, length, 2 * half_rot)  # (M, N, D)
-            cos, sin = torch.rand(length, half_rot), torch.rand(length, half_rot)  # (N, d_rot/2) each, distinct
-            with _dynamo_turn, torch.no_grad():
-                produced = compiled(example, cos, sin, pairing)
-            expected = _fused_rotation(example, cos, sin, pairing)
-            torch.testing.assert_close(produced, expected)
-            self.compiled = compiled
+            try:
+                with self._state:
+                    if self._cancelled:
+                        return
+                    self._running = True
+                self.compiled = self._build()
+            finally:
+                with self._state:
+                    self._running = False  # no cancel is sent after this, and one sent before lands here
+                _checkpoint()
+        except _Cancelled:
+            logger.debug("compiling the %s rotary kernel was cancelled at exit", self.key)
         except Exception:
-            logger.warning("compiling the %s rotary kernel failed; the eager path serves it", self.key, exc_info=True)
+            if self._cancelled:  # at exit: imports that register exit hooks fail once threading has shut down
+                logger.debug("compiling the %s rotary kernel stopped at exit", self.key, exc_info=True)
+            else:
+                logger.warning(
+                    "compiling the %s rotary kernel failed; the eager path serves it", self.key, exc_info=True
+                )
         finally:
             self.done.set()
+
+    def _build(self) -> Callable[..., torch.Tensor]:
+        """The kernel compiled for this pairing, and checked against the eager formula on an example."""
+        pairing = self.key
+        import torch._inductor.config as inductor_config
+
+        # no pool of compile subprocesses forked from a server's process
+        inductor_config.compile_threads = 1
+        compiled = torch.compile(_fused_rotation, dynamic=True, fullgraph=True)
+        # sizes like a real head's: Inductor picks its loop order and vector width from the example's sizes
+        # (a tiny example gave a kernel 1.6x slower on (32, 4096, 128)); none of them 0 or 1
+        length, half_rot = 256, 64
+        example = torch.randn(4, length, 2 * half_rot)  # (M, N, D)
+        cos, sin = torch.rand(length, half_rot), torch.rand(length, half_rot)  # (N, d_rot/2) each, distinct
+        with _dynamo_turn, torch.no_grad():
+            produced = compiled(example, cos, sin, pairing)
+        expected = _fused_rotation(example, cos, sin, pairing)
+        torch.testing.assert_close(produced, expected)
+        return compiled

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -70,8 +70,26 @@ def cope_positions(gates: torch.Tensor, mask: torch.Tensor | None = None) -> tor
     return torch.flip(torch.cumsum(torch.flip(gates, dims=(-1,)), dim=-1), dims=(-1,))  # (..., Nq, Nk)
 
 
+def cope_cost(params: CopeParams, extent: Extent) -> ParamCost:
+    """The initial (d, npos) table (drawn with init_std > 0, zeros otherwise; nothing when supplied), the
+    (B, H, Nq, npos) products q·E with their d·npos multiply-adds per query, and the gates, counts, interpolation
+    and position logits: about 16 (B, H, Nq, Nk) maps written, 8 of them live at once, beyond the route's two."""
+    table = extent.dim * params.npos if params.table is None else 0
+    drawn = table if params.init_std > 0 else 0
+    maps = extent.batch * extent.heads * extent.pairs
+    per_position = extent.batch * extent.heads * extent.queries * params.npos
+    return ParamCost(
+        drawn=drawn,
+        elements=table - drawn + per_position + 8 * maps,
+        macs=per_position * extent.dim,
+        passes=drawn + 8 * maps,
+        params=("npos",),
+    )
+
+
 @register(
     "cope",
+    param_cost=cope_cost,
     kind=Kind.SCORE_MOD,
     params=CopeParams,
     paper=COPE_PAPER,

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, register
-from posenc.pe.types import AttentionWeights, LayerInputs, ScoreContext
+from posenc.pe.types import AttentionWeights, Extent, LayerInputs, ParamCost, ScoreContext
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -76,8 +76,20 @@ def log_rescale(distance: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> tor
     return -F.logsigmoid(-offset) + F.logsigmoid(scaled - offset)  # (H, Nq, Nk)
 
 
+def da_transformer_cost(params: DaTransformerParams, extent: Extent) -> ParamCost:
+    """w and v (H,) filled when not supplied; the (Nq, Nk) distances, the (H, Nq, Nk) log rescale (about four maps
+    written) and the masks, log scores, shifted exponentials and quotient: about 14 (B, H, Nq, Nk) maps written, 4 of
+    them live at once beyond the route's two."""
+    maps = extent.batch * extent.heads * extent.pairs
+    return ParamCost(
+        elements=2 * extent.heads + 2 * extent.pairs + 4 * extent.heads * extent.pairs + 4 * maps,
+        passes=10 * maps,
+    )
+
+
 @register(
     "da_transformer",
+    param_cost=da_transformer_cost,
     kind=Kind.ATTENTION,
     params=DaTransformerParams,
     paper=DA_TRANSFORMER_PAPER,

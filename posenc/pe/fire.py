@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from posenc.pe.ops import compute_dtype, learned_tensors, relative_positions
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import BiasContext
+from posenc.pe.types import BiasContext, Extent, ParamCost
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import INT64_MAX, TensorIn
 
@@ -118,6 +118,24 @@ def _mlp(inputs: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor
     return torch.addmm(weights["mlp_b2"], hidden, weights["mlp_w2"].T)  # (M, H): b2 + hidden·W2ᵀ
 
 
+def fire_cost(params: FireParams, extent: Extent) -> ParamCost:
+    """The MLP's work: its seeded weights (width·(H + 2) + H values), and the MLP on every distinct input, M of
+    them: Nq + Nk − 1 while every query is within thr, else up to every (i, j) pair (the normaliser then differs
+    per query). Per input: width hidden values (kept for MLP_CHUNK inputs at a time, float64) and width·H
+    multiply-adds; the inputs' sort (torch.unique) and gather over the Nq·Nk pairs."""
+    threshold = abs(params.L_mult * params.L_init)
+    distinct = extent.distances if threshold >= extent.queries + extent.keys else extent.pairs
+    width, heads = params.mlp_width, extent.heads
+    seeded = params.mlp_w1 is None
+    return ParamCost(
+        drawn=width * (heads + 2) + heads if seeded else 0,
+        elements=min(distinct, MLP_CHUNK) * width + distinct * heads + 4 * extent.pairs,
+        macs=distinct * width * heads,
+        passes=3 * distinct * width,
+        params=("mlp_width",) if threshold >= extent.queries + extent.keys else ("mlp_width", "L_init"),
+    )
+
+
 def fire_learned_init(params: FireParams, ctx: BiasContext) -> dict[str, torch.Tensor]:
     """The seeded MLP weights (see ``MethodSpec.learned_init``). The paper also learns c and L_mult; they
     are plain params here, so training that wants them learned substitutes tensors for them too."""
@@ -131,6 +149,7 @@ def fire_learned_init(params: FireParams, ctx: BiasContext) -> dict[str, torch.T
     paper=FIRE_PAPER,
     learned=True,
     learned_init=fire_learned_init,
+    param_cost=fire_cost,
     conventions={
         "distance": "i - j inside |c (i - j)|: causal as in the paper; bidirectional = |i - j| [unverified]",
         "normaliser": "max(i, |L_mult L_init|) with the query position i; L_init = the training length",

@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from posenc.errors import ContiguousPositionsRequired, InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -166,8 +166,22 @@ def fox_decay_bias(params: FoxParams, inputs: LayerInputs, ctx: ScoreContext) ->
     return (log_gate[:, None, None] * distance[None])[None]  # (1, H, Nq, Nk)
 
 
+def fox_cost(params: FoxParams, extent: Extent) -> ParamCost:
+    """'full': the seeded w_f (H, D_model) when not supplied (a draw and a scaled copy each), the gate logits
+    (B, Nk, H) with D_model multiply-adds each; every gate type: the decay (B or 1, H, Nq, Nk) and its sum with the
+    logits, one map beyond the route's two. D_model is ``extent.width``."""
+    width = extent.width
+    maps = extent.batch * extent.heads * extent.pairs
+    if params.fgate_type != "full":
+        return ParamCost(elements=maps + 2 * extent.pairs)
+    gates = extent.batch * extent.keys * extent.heads
+    drawn = extent.heads * width if params.w_f is None else 0
+    return ParamCost(drawn=drawn, elements=drawn + maps + 4 * gates, macs=gates * width)
+
+
 @register(
     "fox",
+    param_cost=fox_cost,
     kind=Kind.SCORE_MOD,
     params=FoxParams,
     paper=FOX_PAPER,

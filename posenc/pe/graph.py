@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import AbsoluteContext, BiasContext, Graph
+from posenc.pe.types import AbsoluteContext, BiasContext, Extent, Graph, ParamCost
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 from posenc.tensors import to_torch
@@ -55,7 +55,8 @@ TABPET_MIN_K, TABPET_MAX_K = 2, 10
 GRAPHORMER_FIELDS = ("spatial_table", "virtual_distance")
 # Work units (about 1 ns of one core, posenc.compute.cost) of the graph algorithms, per step: the breadth-first
 # search from every node visits every node and edge (n·(n + E) steps: a 4096-node path graph takes about 1.4 s);
-# a dense symmetric eigenproblem takes about n³/5 (2048 nodes: about 1.5 s); degrees read every edge once.
+# a dense symmetric float64 eigenproblem takes about n³/2 ns on one core and up to 2·n³ of CPU time with two
+# threads (2048 nodes: 3.8 s … 17 s), so it is charged 2·n³; degrees read every edge once.
 WORK_PER_SEARCH_STEP = 60
 WORK_PER_EDGE = 20
 
@@ -72,7 +73,7 @@ def degrees_work(nodes: int, edges: int) -> int:
 
 def spectrum_work(nodes: int, edges: int) -> int:
     """The Laplacian's eigenvectors: a dense symmetric eigenproblem, after the adjacency is built."""
-    return nodes**3 // 5 + WORK_PER_EDGE * (nodes + edges)
+    return 2 * nodes**3 + WORK_PER_EDGE * (nodes + edges)
 
 
 CENTRALITY_FIELDS = ("in_degree_table", "out_degree_table")
@@ -284,6 +285,19 @@ def graphormer_prefix_bias(params: GraphormerParams, ctx: BiasContext) -> torch.
     return virtual[:, None].expand(ctx.num_heads, 3).to(ctx.dtype)  # (H, 3)
 
 
+def graphormer_cost(params: GraphormerParams, extent: Extent) -> ParamCost:
+    """The seeded (num_spatial, H) table and (H,) scalars, drawn twice (the bias and the prefix entries), and per
+    query-key pair the SPD gathered per query, its rows, the far mask and the index arithmetic (4 values, 6
+    passes); the shortest paths themselves are the registered ``graph_work``."""
+    seeded = params.spatial_table is None or params.virtual_distance is None
+    return ParamCost(
+        drawn=2 * (params.num_spatial + 1) * extent.heads if seeded else 0,
+        elements=4 * extent.pairs + extent.queries * extent.keys // 2,
+        passes=6 * extent.pairs,
+        params=("num_spatial",),
+    )
+
+
 @register(
     "graphormer",
     axes=0,  # positions are node ids (features for tabpet)
@@ -292,6 +306,7 @@ def graphormer_prefix_bias(params: GraphormerParams, ctx: BiasContext) -> torch.
     paper=GRAPHORMER_PAPER,
     learned=True,
     learned_init=graphormer_learned_init,
+    param_cost=graphormer_cost,
     needs=frozenset({"graph"}),
     graph_work=shortest_paths_work,
     prefix_bias=graphormer_prefix_bias,
@@ -378,6 +393,21 @@ def degree_rows(degree: torch.Tensor, num_degree: int) -> torch.Tensor:
     return (degree + 1).clamp(max=num_degree - 1)
 
 
+def centrality_cost(params: GraphormerCentralityParams, extent: Extent) -> ParamCost:
+    """The two seeded (num_degree, D) tables, drawn and scaled (2 passes), and drawn again for the other side
+    (3 passes more: /v1/attention encodes q's and k's tokens), and per node the two gathered rows and their sum
+    (3·D values) and the (N, N) adjacency."""
+    seeded = params.in_degree_table is None or params.out_degree_table is None
+    table = 2 * params.num_degree * extent.width
+    nodes = max(extent.queries, extent.keys)
+    return ParamCost(
+        drawn=table if seeded else 0,
+        elements=3 * nodes * extent.width + nodes * nodes // 4,
+        passes=5 * table if seeded else 0,
+        params=("num_degree",),
+    )
+
+
 @register(
     "graphormer_centrality",
     axes=0,  # positions are node ids (features for tabpet)
@@ -386,6 +416,7 @@ def degree_rows(degree: torch.Tensor, num_degree: int) -> torch.Tensor:
     paper=GRAPHORMER_PAPER,
     learned=True,
     learned_init=centrality_learned_init,
+    param_cost=centrality_cost,
     needs=frozenset({"graph"}),
     graph_work=degrees_work,
     conventions={
@@ -568,6 +599,25 @@ def _laplacian_tabpet(params: LaplacianParams, ctx: AbsoluteContext) -> torch.Te
     return ((encoding - mean) / spread * params.alpha).to(device=ctx.device, dtype=ctx.dtype)  # (F, 2k)
 
 
+def laplacian_cost(params: LaplacianParams, extent: Extent) -> ParamCost:
+    """The dense Laplacian and its eigenvectors: about 6 (N, N) float64 matrices (adjacency, scale, identity, L,
+    eigenvectors, eigh's workspace), N the nodes (gnn; the eigenproblem's work is the registered ``graph_work``)
+    or the F features of ``data`` (tabpet, which has no graph: its eigenproblem, 2·F³ work units as
+    ``spectrum_work``, ranking the (rows, F) table, about 12 values and 20 passes per entry, and the rows·F²
+    covariance are counted here)."""
+    if params.variant == "gnn" or params.data is None:
+        nodes = max(extent.queries, extent.keys)
+        return ParamCost(elements=6 * nodes * nodes)
+    rows, features = [*params.data.shape, 1, 1][:2]
+    entries = rows * features
+    return ParamCost(
+        elements=12 * entries + 6 * features * features,
+        passes=20 * entries,
+        macs=2 * entries * features + 16 * features**3,
+        params=("data",),
+    )
+
+
 @register(
     "laplacian_pe",
     axes=0,  # positions are node ids (features for tabpet)
@@ -575,6 +625,7 @@ def _laplacian_tabpet(params: LaplacianParams, ctx: AbsoluteContext) -> torch.Te
     params=LaplacianParams,
     paper=LAPPE_PAPER,
     graph_work=spectrum_work,
+    param_cost=laplacian_cost,
     conventions={
         "laplacian": "L = I - D^-1/2 A D^-1/2; gnn: A binary over the undirected graph (direction ignored), degrees "
         "clipped to >= 1 so an isolated node has L_ii = 1 (networkx: 0); tabpet: A = max(|W|, |W|^T) weighted, a "

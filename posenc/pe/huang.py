@@ -21,7 +21,7 @@ from pydantic import Field
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors, relative_positions
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -95,8 +95,39 @@ def huang_distance_index(q_pos: torch.Tensor, k_pos: torch.Tensor, max_position:
     return distance + (max_position - 1)  # (Nq, Nk)
 
 
+def huang_cost(params: HuangParams, extent: Extent) -> ParamCost:
+    """The seeded (2·max_position − 1, d) table (N(0, 0.02): a draw and a scaled copy each), the (Nq, Nk) int64 row
+    index with its checks, and per variant: m4 the q·A and k·A products against the table's W rows (explicit
+    positions may reach all of them: (B, H, Nq + Nk, W), d multiply-adds each) and three (B, H, Nq, Nk) maps beyond
+    the route's two (and two passes); m1 the trilinear product's B·H·Nq·Nk·d terms (multiply-adds and two passes
+    each), formed in chunks of about M1_CHUNK_ELEMENTS with the gathered rows alongside."""
+    drawn = (2 * params.max_position - 1) * extent.dim if params.table is None else 0
+    maps = extent.batch * extent.heads * extent.pairs
+    index = 4 * extent.pairs
+    if params.variant == "m1":
+        terms = maps * extent.dim
+        chunk = min(terms, max(M1_CHUNK_ELEMENTS, extent.batch * extent.heads * extent.keys * extent.dim))
+        return ParamCost(
+            drawn=drawn,
+            elements=drawn + index + 2 * chunk + 2 * maps,
+            macs=terms,
+            passes=2 * terms,
+            params=("max_position",),
+        )
+    rows = 2 * params.max_position - 1  # explicit positions may reach every row, whatever Nq and Nk
+    products = extent.batch * extent.heads * (extent.queries + extent.keys) * rows
+    return ParamCost(
+        drawn=drawn,
+        elements=drawn + index + products + 3 * maps,
+        macs=products * extent.dim,
+        passes=2 * maps,
+        params=("max_position",),
+    )
+
+
 @register(
     "huang",
+    param_cost=huang_cost,
     kind=Kind.SCORE_MOD,
     params=HuangParams,
     paper=HUANG_PAPER,

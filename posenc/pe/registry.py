@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from posenc.pe.types import Extent, ParamCost
 from posenc.schemas.methods import Kind, MethodInfo
 from posenc.schemas.tensors import INT64_MAX
 
@@ -82,6 +83,12 @@ class MethodSpec:
     # Methods that compute from a graph (shortest paths, degrees, eigenvectors): (nodes, edges) -> the work units
     # (about 1 ns of one core, posenc.compute.cost) its algorithm takes on such a graph, costed before any work.
     graph_work: Callable[[int, int], int] | None = None
+    # Methods whose params drive work of their own (a table drawn from the seed, an MLP over the distances, angle
+    # matrices): (params, Extent) -> ParamCost, charged by every route and job check before any work.
+    param_cost: Callable[[Any, Extent], ParamCost] | None = None
+    # Block rotations (R(p) = expm(Σ p_a G_a) on b adjacent features): (params, heads) -> (the heads their
+    # generators have, b), read off the params without drawing anything (what the rotation matrices are sized by).
+    block_rotation: Callable[[Any, int], tuple[int, int]] | None = None
     # Prefix tokens (negative positions, see posenc.pe.types): absolute methods with their own prefix rows
     # register prefix_encoding(params, ctx: AbsoluteContext, count) -> (count, D); bias methods with their own
     # prefix entries register prefix_bias(params, ctx: BiasContext) -> (H, 3), the per-head values of
@@ -151,6 +158,10 @@ class MethodSpec:
         """Validate raw params; raises pydantic.ValidationError naming the field."""
         return self.params_model.model_validate(raw or {})
 
+    def cost_of(self, params: MethodParams, extent: Extent) -> ParamCost:
+        """What ``params`` make this method compute at ``extent`` (nothing for a method without ``param_cost``)."""
+        return self.param_cost(params, extent) if self.param_cost is not None else ParamCost()
+
     def info(self) -> MethodInfo:
         """The catalogue entry (``GET /v1/methods``): built once per method, since the JSON schema of the params
         is the costly part and never changes. A copy, so a caller cannot alter the cached one."""
@@ -208,6 +219,8 @@ def register(
     state_ffn: Callable[..., Any] | None = None,
     workspace: Callable[..., int] | None = None,
     graph_work: Callable[[int, int], int] | None = None,
+    param_cost: Callable[[Any, Extent], ParamCost] | None = None,
+    block_rotation: Callable[[Any, int], tuple[int, int]] | None = None,
     prefix_encoding: Callable[..., Any] | None = None,
     prefix_bias: Callable[..., Any] | None = None,
     training_defaults: dict[str, Any] | None = None,
@@ -279,6 +292,8 @@ def register(
             state_ffn=state_ffn,
             workspace=workspace,
             graph_work=graph_work,
+            param_cost=param_cost,
+            block_rotation=block_rotation,
             prefix_encoding=prefix_encoding,
             prefix_bias=prefix_bias,
             training_defaults=dict(training_defaults or {}),

@@ -31,7 +31,7 @@ from pydantic import Field, model_validator
 from posenc.errors import InvalidInput
 from posenc.pe.ops import rope_inv_freq
 from posenc.pe.registry import MethodParams, register
-from posenc.pe.types import RotaryContext, RotaryFrequencies
+from posenc.pe.types import Extent, ParamCost, RotaryContext, RotaryFrequencies
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 from posenc.tensors import to_torch
@@ -178,10 +178,48 @@ class FopeParams(MethodParams):
         return self
 
 
+# FoPE's frequencies (and its seeded coefficients) are built up to this many times a request: the route's
+# workspace estimate, each rotated side, the meta and the returned tables.
+FOPE_BUILDS = 5
+
+
+def _fope_kept(params: FopeParams, pairs: int, rotary_dim: int) -> int:
+    """K, the pairs FoPE keeps out of ``pairs`` (as ``fope`` selects them)."""
+    if params.num_inv_freq is not None:
+        return min(params.num_inv_freq, pairs)
+    if params.train_length is None:
+        return pairs
+    inv_freq = rope_inv_freq(params.base, rotary_dim, dtype=torch.float64)  # (d/2,)
+    return int((inv_freq > 2.0 * math.pi / params.train_length).sum())
+
+
+def fope_cost(params: FopeParams, extent: Extent) -> ParamCost:
+    """The Fourier series over the K kept pairs, when there are coefficients (given, or gain > 0): per table
+    (each side's and the returned one's, Nq + 2·Nk rows at most) 2·N·K² multiply-adds and the (N, K) products
+    and (N, d/2) tables they are concatenated into; per build (FOPE_BUILDS) the (K, K) draws of the coefficients
+    not given and 3·K² values per coefficient. Nothing without coefficients."""
+    if params.cos_coef is None and params.sin_coef is None and params.gain == 0:
+        return ParamCost()
+    pairs = extent.dim // 2
+    kept = _fope_kept(params, pairs, 2 * pairs)
+    rows = extent.queries + 2 * extent.keys
+    missing = (params.cos_coef is None) + (params.sin_coef is None)
+    selection = ("num_inv_freq",) if params.num_inv_freq is not None else ("train_length",)
+    drivers = ("gain",) if missing else ("cos_coef", "sin_coef")
+    return ParamCost(
+        drawn=FOPE_BUILDS * missing * kept * kept,
+        elements=2 * 3 * kept * kept + 2 * 2 * max(extent.queries, extent.keys) * (kept + pairs),
+        passes=FOPE_BUILDS * 2 * 3 * kept * kept + 2 * 2 * rows * (kept + pairs),
+        macs=2 * 2 * rows * kept * kept,
+        params=(*selection, *drivers),
+    )
+
+
 @register(
     "fope",
     kind=Kind.ROTARY,
     params=FopeParams,
+    param_cost=fope_cost,
     paper="Hua et al. Fourier Position Embedding: Enhancing Attention's Periodic Extension for Length "
     f"Generalization (ICML 2025). https://arxiv.org/abs/2412.17739; vLLM {VLLM_ROTARY}/fope.py",
     conventions={

@@ -28,7 +28,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import RotaryContext, RotaryGenerators
+from posenc.pe.types import Extent, ParamCost, RotaryContext, RotaryGenerators
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -57,6 +57,59 @@ BLOCK_LAYOUT = ("interleaved",)
 
 GridSize = Annotated[int, Field(ge=1, le=1_048_576)]
 BlockSize = Annotated[int, Field(ge=2, le=MAX_BLOCK_SIZE)]
+
+
+# The work of R(p) = expm(Σ_a u_a G_a) (``posenc.pe.kinds.block_rotations``), in multiply-adds (8 a work unit):
+# torch's matrix_exp per b x b matrix of a batch: a fixed part (its degree-18 polynomial's batched products and
+# their bookkeeping, MEXP_CALL + MEXP_SQUARE·b² + MEXP_CUBE·b³) and one product per squaring (SQUARE_CALL +
+# SQUARE_SQUARE·b² + SQUARE_CUBE·b³); an upper fit of its CPU time on two cores for b = 4 … 256.
+MEXP_CALL, MEXP_SQUARE, MEXP_CUBE = 40_000, 1_600, 8
+SQUARE_CALL, SQUARE_SQUARE, SQUARE_CUBE = 3_200, 64, 1
+THETA_18 = 1.09  # the degree-18 norm limit of float64 (float32's, 3.01, takes fewer squarings)
+# Frequencies (and a seeded init) are built up to this many times a request: the route's workspace estimate,
+# each rotated side and the meta.
+FREQUENCY_BUILDS = 5
+# The closed form of 2 x 2 blocks (b = 2), per block and token: the float64 angle, cos and sin, their casts, the
+# rows stacked and the (2, 2) rotation (whose own values are the route's ``rotation_elements``), and the
+# elementwise passes that make them (about 100 ns a block and token, measured).
+CLOSED_FORM_VALUES, CLOSED_FORM_PASSES = 12, 12
+# Applying the rotations (``apply_block_rotation``'s einsum, a tiny matrix product per block): about 2 word
+# passes per rotated value, and 1 ns per multiply-add (8 in the cost model's multiply-adds).
+APPLY_PASSES, APPLY_MACS = 2, 8
+
+
+def rotation_cost(extent: Extent, rotations: int, block_size: int, norm: float, params: tuple[str, ...]) -> ParamCost:
+    """The block rotations of ``rotations`` (Hg) sets of generators at ``extent``: m = dim/b blocks per token on
+    each side (queries, keys), applied to every head of the batch (APPLY_PASSES per value and APPLY_MACS·b per
+    value of the B·H·(Nq + Nk)·dim rotated).
+
+    b = 2: the closed form, CLOSED_FORM_VALUES values and CLOSED_FORM_PASSES passes per block and token. b > 2:
+    matrix_exp per matrix, with s = ⌈log2(u·‖G‖/θ)⌉ squarings for coordinates below max(Nq, Nk) (``norm``
+    bounds Σ_a ‖G_a‖₁ per unit of coordinate), and its intermediates, 8 matrices per matrix of the larger
+    side."""
+    blocks = max(extent.dim // block_size, 1)
+    tokens = extent.queries + extent.keys
+    values = extent.batch * extent.heads * tokens * blocks * block_size
+    apply = ParamCost(passes=APPLY_PASSES * values, macs=APPLY_MACS * values * block_size, params=params)
+    if block_size == 2:
+        per_token = rotations * blocks
+        return apply.plus(
+            ParamCost(
+                elements=CLOSED_FORM_VALUES * per_token * max(extent.queries, extent.keys),
+                passes=CLOSED_FORM_PASSES * per_token * tokens,
+            )
+        )
+    largest = max(extent.queries, extent.keys, 1) * norm / THETA_18
+    squarings = math.ceil(math.log2(largest)) if largest > 1 else 0
+    square, cube = block_size**2, block_size**3
+    per_matrix = MEXP_CALL + MEXP_SQUARE * square + MEXP_CUBE * cube
+    per_matrix += squarings * (SQUARE_CALL + SQUARE_SQUARE * square + SQUARE_CUBE * cube)
+    return apply.plus(
+        ParamCost(
+            elements=8 * rotations * blocks * square * max(extent.queries, extent.keys),
+            macs=rotations * blocks * tokens * per_matrix,
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -146,6 +199,13 @@ def rope_mixed_learned_init(params: RopeMixedParams, ctx: RotaryContext) -> dict
     return {"freqs": rope_mixed_freqs(params.base, ctx.rotary_dim, ctx.num_heads, params.seed)}
 
 
+def rope_mixed_cost(params: RopeMixedParams, extent: Extent) -> ParamCost:
+    """Per-head 2 x 2 rotations (``rotation_cost`` with Hg = H, b = 2) and the seeded init's H angles and
+    (2, H, d/2) frequencies, built FREQUENCY_BUILDS times."""
+    seeded = FREQUENCY_BUILDS * 3 * extent.heads * extent.dim if params.freqs is None else 0
+    return rotation_cost(extent, extent.heads, 2, 0.0, ()).plus(ParamCost(elements=seeded, drawn=extent.heads))
+
+
 @register(
     "rope_mixed",
     axes=AXES,
@@ -155,6 +215,8 @@ def rope_mixed_learned_init(params: RopeMixedParams, ctx: RotaryContext) -> dict
     learned=True,
     per_layer=True,
     learned_init=rope_mixed_learned_init,
+    param_cost=rope_mixed_cost,
+    block_rotation=lambda params, heads: (heads, 2),
     pairings=BLOCK_LAYOUT,
     conventions={
         "positions": "(N, 2) int (row, col) = (y, x): axis 0 (row) turns by f_y, axis 1 (column) by f_x; "
@@ -242,6 +304,22 @@ def liere_position_scale(params: LiereParams) -> tuple[float, ...]:
     return tuple(0.0 if s == 1 else s / (n * (s - 1)) for n, s in zip(params.train_grid, current, strict=True))
 
 
+def liere_cost(params: LiereParams, extent: Extent) -> ParamCost:
+    """The rotations of Hg = H (per_head) or 1 sets of generators (``rotation_cost``, ‖G_a‖₁ ≤ (b − 1)·2π per
+    axis, the seeded init's range, times the position scale) and the (Hg, 2, d/b, b, b) generators: drawn when
+    seeded and made skew (3 values each), FREQUENCY_BUILDS times."""
+    block = params.block_size
+    rotations = extent.heads if params.per_head else 1
+    generators = rotations * AXES * max(extent.dim // block, 1) * block * block
+    builds = ParamCost(
+        drawn=FREQUENCY_BUILDS * generators if params.generators is None else 0,
+        elements=3 * generators,
+        passes=3 * FREQUENCY_BUILDS * generators,
+    )
+    norm = AXES * max(liere_position_scale(params)) * (block - 1) * 2 * math.pi
+    return rotation_cost(extent, rotations, block, norm, ("block_size", "per_head")).plus(builds)
+
+
 @register(
     "liere",
     axes=AXES,
@@ -251,6 +329,8 @@ def liere_position_scale(params: LiereParams) -> tuple[float, ...]:
     learned=True,
     per_layer=True,
     learned_init=liere_learned_init,
+    param_cost=liere_cost,
+    block_rotation=lambda params, heads: (heads if params.per_head else 1, params.block_size),
     pairings=BLOCK_LAYOUT,
     conventions={
         "positions": "(N, 2) int (row, col), as the reference's cartesian_prod; 3D (video) is not registered",
@@ -355,6 +435,23 @@ def _comrope_tensors(params: ComropeParams, ctx: RotaryContext) -> Mapping[str, 
     )
 
 
+def comrope_cost(params: ComropeParams, extent: Extent) -> ParamCost:
+    """The rotations of H sets of generators (``rotation_cost``; ‖B_aj‖₁ ≤ 4·(b − 1)·max(init_std, 1) per axis,
+    times |θ| ≤ 4 for LD and the position scale) and the (H, d/b, b, b) blocks: drawn when seeded, made skew and
+    spread over the axes (4 values each), FREQUENCY_BUILDS times."""
+    block = params.block_size
+    blocks = max(extent.dim // block, 1)
+    size = extent.heads * blocks * block * block
+    builds = ParamCost(
+        drawn=FREQUENCY_BUILDS * (size + AXES * blocks) if params.blocks is None else 0,
+        elements=(2 + 2 * AXES) * size,
+        passes=(2 + 2 * AXES) * FREQUENCY_BUILDS * size,
+    )
+    scale = 1.0 / min(params.grid) if params.grid is not None else 1.0
+    norm = AXES * scale * 4 * (block - 1) * max(params.init_std, 1.0) * (4 if params.variant == "ld" else 1)
+    return rotation_cost(extent, extent.heads, block, norm, ("block_size",)).plus(builds)
+
+
 @register(
     "comrope",
     axes=AXES,
@@ -364,6 +461,8 @@ def _comrope_tensors(params: ComropeParams, ctx: RotaryContext) -> Mapping[str, 
     learned=True,
     per_layer=True,
     learned_init=comrope_learned_init,
+    param_cost=comrope_cost,
+    block_rotation=lambda params, heads: (heads, params.block_size),
     pairings=BLOCK_LAYOUT,
     conventions={
         "positions": "(N, 2) int (row, col), as the reference; 3D (video) is not registered",

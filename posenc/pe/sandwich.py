@@ -15,7 +15,7 @@ from pydantic import Field
 
 from posenc.pe.ops import compute_dtype, relative_positions
 from posenc.pe.registry import MethodParams, register
-from posenc.pe.types import BiasContext
+from posenc.pe.types import BiasContext, Extent, ParamCost
 from posenc.schemas.methods import Kind
 
 SANDWICH_PAPER = (
@@ -53,12 +53,20 @@ def sandwich_profile(distance: torch.Tensor, d_bar: int, k_start: int, base: flo
     return profile - d_bar // 2 if k_start == 1 else profile
 
 
+def sandwich_cost(params: SandwichParams, extent: Extent) -> ParamCost:
+    """The profile over the distinct distances (at most Nq + Nk − 1): a (M, d̄/2) float64 angle matrix, its
+    cosines and their sum; the distances' sort (torch.unique) and gather over the Nq·Nk pairs."""
+    angles = extent.distances * (params.d_bar // 2)
+    return ParamCost(elements=2 * angles + 4 * extent.pairs, passes=8 * angles, params=("d_bar",))
+
+
 @register(
     "sandwich",
     kind=Kind.BIAS,
     params=SandwichParams,
     paper=SANDWICH_PAPER,
     toeplitz=True,
+    param_cost=sandwich_cost,
     conventions={
         "frequency_origin": "k_start=0: k = 0..d̄/2-1 (attention-gym, default); "
         "k_start=1: k = 1..d̄/2, minus d̄/2 (NeMo) [unverified against the authors' code]",

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from posenc.pe.ops import compute_dtype, learned_tensors, relative_positions
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -90,9 +90,29 @@ def shaw_workspace(ctx: ScoreContext) -> int:
     return ctx.query_length * ctx.key_length * ctx.head_dim
 
 
+def shaw_cost(params: ShawParams, extent: Extent) -> ParamCost:
+    """Beyond ``shaw_workspace``: the two seeded (2k + 1, d) tables (a draw and two passes each), the q·a^K products
+    against every row ((B, H, Nq, 2k + 1), d multiply-adds each), the (Nq, Nk) int64 index, one
+    (B, H, Nq, Nk) map beyond the route's two, and the applier's Σ_j α_ij a^V_ij (d multiply-adds per (b, h, i, j),
+    its weights copied once)."""
+    rows = 2 * params.clip + 1
+    seeded = params.key_table is None or params.value_table is None
+    drawn = 2 * rows * extent.dim if seeded else 0
+    maps = extent.batch * extent.heads * extent.pairs
+    per_row = extent.batch * extent.heads * extent.queries * rows
+    return ParamCost(
+        drawn=drawn,
+        elements=per_row + 3 * extent.pairs + 2 * maps,
+        macs=(per_row + maps) * extent.dim,
+        passes=2 * drawn,
+        params=("clip",),
+    )
+
+
 @register(
     "shaw",
     workspace=lambda params, ctx, batch: shaw_workspace(ctx),
+    param_cost=shaw_cost,
     kind=Kind.SCORE_MOD,
     params=ShawParams,
     paper=SHAW_PAPER,

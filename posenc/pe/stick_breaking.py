@@ -19,7 +19,7 @@ from pydantic import Field
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype
 from posenc.pe.registry import MethodParams, register
-from posenc.pe.types import AttentionWeights, LayerInputs, ScoreContext
+from posenc.pe.types import AttentionWeights, Extent, LayerInputs, ParamCost, ScoreContext
 from posenc.schemas.methods import Kind
 
 STICK_BREAKING_PAPER = (
@@ -43,8 +43,17 @@ class StickBreakingParams(MethodParams):
     )
 
 
+def stick_breaking_cost(params: StickBreakingParams, extent: Extent) -> ParamCost:
+    """No params drive it; the method's own (B, H, Nq, Nk) intermediates: the exclusion mask, log β, log(1 − β), the
+    flipped reverse cumulative sum and its shift, the weights and the applier's empty-row test: about 12 maps written, 5
+    of them live at once beyond the route's two."""
+    maps = extent.batch * extent.heads * extent.pairs
+    return ParamCost(elements=5 * maps, passes=12 * maps)
+
+
 @register(
     "stick_breaking",
+    param_cost=stick_breaking_cost,
     kind=Kind.ATTENTION,
     params=StickBreakingParams,
     paper=STICK_BREAKING_PAPER,

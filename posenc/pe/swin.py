@@ -20,7 +20,7 @@ from pydantic import Field
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import BiasContext
+from posenc.pe.types import BiasContext, Extent, ParamCost
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -208,6 +208,35 @@ def swin_prefix_bias(params: SwinParams, ctx: BiasContext) -> torch.Tensor:
     return table[-BEIT_EXTRA_ROWS:].T.to(ctx.dtype).clone()  # (H, 3): a copy, never a view of a supplied table
 
 
+# Work units per tap of F.interpolate (one source value weighted into one output value), measured on CPU.
+RESIZE_TAP_WORK = 2
+RESIZE_TAPS = {"bicubic": 16, "bilinear": 4}
+TRUNC_NORMAL_PASSES = 1  # trunc_normal_'s transform of its uniform draws, per value (about 17 ns a value in all)
+
+
+def swin_cost(params: SwinParams, extent: Extent) -> ParamCost:
+    """The (R, H) table of ``window``, drawn (trunc_normal: a pass more per value) or zeros, twice with beit_cls
+    (the bias and the prefix entries); with ``target_window`` its transposed copy and the resize to (R', H), taps
+    by kernel (16 bicubic, 4 bilinear) per output value, and the (R', H) copies after it; per query-key pair the
+    (dy, dx) offsets and the index (4 values, 6 passes)."""
+    rows = num_relative_distance(params.window[0], params.window[1], params.beit_cls) * extent.heads
+    drawn = 0
+    if params.table is None and (params.init or ("zeros" if params.beit_cls else "trunc_normal")) == "trunc_normal":
+        drawn = (2 if params.beit_cls else 1) * rows
+    elements, passes = 2 * rows, TRUNC_NORMAL_PASSES * drawn
+    if params.target_window is not None:
+        target = num_relative_distance(params.target_window[0], params.target_window[1], params.beit_cls)
+        resized = target * extent.heads
+        elements += rows + 3 * resized
+        passes += RESIZE_TAPS[params.resize_kernel] * resized * RESIZE_TAP_WORK // 12
+    return ParamCost(
+        drawn=drawn,
+        elements=elements + 4 * extent.pairs,
+        passes=passes + 6 * extent.pairs,
+        params=("window", "target_window") if params.target_window is not None else ("window",),
+    )
+
+
 @register(
     "swin",
     axes=2,
@@ -216,6 +245,7 @@ def swin_prefix_bias(params: SwinParams, ctx: BiasContext) -> torch.Tensor:
     paper=SWIN_PAPER,
     learned=True,
     learned_init=swin_learned_init,
+    param_cost=swin_cost,
     per_layer=True,
     prefix_bias=swin_prefix_bias,
     conventions={

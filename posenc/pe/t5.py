@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from posenc.errors import InvalidInput
 from posenc.pe.ops import relative_positions
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import BiasContext
+from posenc.pe.types import BiasContext, Extent, ParamCost
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 from posenc.tensors import to_torch
@@ -111,6 +111,15 @@ def t5_learned_init(params: T5Params, ctx: BiasContext) -> dict[str, torch.Tenso
     return {"table": initial_table(params.num_buckets, ctx.num_heads, params.seed, params.init_std)}
 
 
+def t5_cost(params: T5Params, extent: Extent) -> ParamCost:
+    """The seeded (num_buckets, H) table (nothing when supplied), and the buckets of the Nq·Nk pairs (a few
+    float64 passes: the log bucketing) gathered to (Nq, Nk, H) before the route's (H, Nq, Nk)."""
+    drawn = params.num_buckets * extent.heads if params.table is None else 0
+    return ParamCost(
+        drawn=drawn, elements=extent.pairs * (2 + extent.heads), passes=8 * extent.pairs, params=("num_buckets",)
+    )
+
+
 @register(
     "t5",
     kind=Kind.BIAS,
@@ -119,6 +128,7 @@ def t5_learned_init(params: T5Params, ctx: BiasContext) -> dict[str, torch.Tenso
     learned=True,
     toeplitz=True,
     learned_init=t5_learned_init,
+    param_cost=t5_cost,
     conventions={
         "relative_position": "n = j - i (key minus query), as in T5 and mesh-tf",
         "direction": "bidirectional=None follows the request: encoder buckets unless causal",

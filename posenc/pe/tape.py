@@ -33,7 +33,7 @@ from pydantic import Field
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype, learned_tensors, rope_inv_freq
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -244,8 +244,27 @@ def tape_state_ffn(params: TapeParams, x: torch.Tensor, state: Any) -> TapeState
     return TapeState(update(checked.cos), update(checked.sin))
 
 
+def tape_cost(params: TapeParams, extent: Extent) -> ParamCost:
+    """The seeded init when a tensor is missing: w_x (D_model, P) and w_down (H, P) drawn (a draw and a scaled copy
+    each), rho (H, H) and w_up (P, H) zeros; the rotated q and k and their cos/sin (about 6 (B, H, N, d) tensors per
+    side); and the state update A·C, A·S: d multiply-adds per (b, h, i, j) each. D_model is ``extent.width``."""
+    width = extent.width
+    heads, size = extent.heads, params.position_size
+    seeded = any(getattr(params, name) is None for name in ("rho", "w_x", "w_up", "w_down"))
+    drawn = (width + heads) * size if seeded else 0
+    zeros = (size + heads) * heads if seeded else 0
+    sides = extent.batch * heads * (extent.queries + extent.keys) * extent.dim
+    return ParamCost(
+        drawn=drawn,
+        elements=drawn + zeros + 6 * sides,
+        macs=2 * extent.batch * heads * extent.pairs * extent.dim,
+        params=("position_size",),
+    )
+
+
 @register(
     "tape",
+    param_cost=tape_cost,
     kind=Kind.SCORE_MOD,
     params=TapeParams,
     paper=TAPE_PAPER,

@@ -20,7 +20,7 @@ from pydantic import Field
 from posenc.errors import InvalidInput
 from posenc.pe.ops import check_shift_positions, compute_dtype, learned_tensors, rel_shift, sinusoid_halves
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 
@@ -88,8 +88,27 @@ def tener_sinusoid(distances: torch.Tensor, frequencies: torch.Tensor, dim: int,
     return sinusoid_halves(distances, frequencies, dim, dtype)  # (S, d)
 
 
+def tener_cost(params: TenerParams, extent: Extent) -> ParamCost:
+    """u and v (H, d) seeded when not supplied; per position table (one, two for 'code'): R over W = Nq + Nk − 1
+    distances (about 4·W·d values in float64), the biased q or k (B, H, N, d) and the (B, H, N, W) logits against
+    R, d multiply-adds each, with rel_shift's padded copy; and two (B, H, Nq, Nk) maps beyond the route's two."""
+    batch_heads = extent.batch * extent.heads
+    tables = 2 if params.variant == "code" else 1
+    width = extent.distances
+    per_table = (
+        4 * width * extent.dim + batch_heads * extent.queries * extent.dim + 2 * batch_heads * extent.queries * width
+    )
+    seeded = params.u is None or params.v is None
+    return ParamCost(
+        drawn=2 * extent.heads * extent.dim if seeded else 0,
+        elements=tables * per_table + 2 * batch_heads * extent.pairs,
+        macs=tables * batch_heads * extent.queries * width * extent.dim,
+    )
+
+
 @register(
     "tener",
+    param_cost=tener_cost,
     kind=Kind.SCORE_MOD,
     params=TenerParams,
     paper=TENER_PAPER,

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from posenc.pe.ops import check_shift_positions, compute_dtype, learned_tensors, rel_shift, sinusoid_halves
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import LayerInputs, ScoreContext, ScoreTerms
+from posenc.pe.types import Extent, LayerInputs, ParamCost, ScoreContext, ScoreTerms
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import INT64_MAX, TensorIn
 
@@ -88,8 +88,34 @@ def sinusoid_concat(distances: torch.Tensor, dim: int, base: float, dtype: torch
     return sinusoid_halves(distances, inv_freq, dim, dtype)  # (S, D)
 
 
+def transformer_xl_cost(params: TransformerXLParams, extent: Extent) -> ParamCost:
+    """u, v (H, d) and W_R (H·d, D_model) seeded when a tensor is missing (a draw and a scaled copy each); R over the
+    W <= Nq + Nk − 1 distances (about 4·W·D_model values in float64, sin and cos 4 passes each) projected by W_R
+    (D_model·H·d multiply-adds per distance); the biased q and the (B, H, Nq, W) logits against W_R R, d multiply-adds
+    each, with rel_shift's padded copy; and one (B, H, Nq, Nk) map beyond the route's two. D_model is
+    ``extent.width``."""
+    model_dim = extent.width
+    projected = extent.heads * extent.dim
+    seeded = params.u is None or params.v is None or params.w_r is None
+    drawn = projected * (2 + model_dim) if seeded else 0
+    width = extent.distances
+    logits = extent.batch * extent.heads * extent.queries * width
+    return ParamCost(
+        drawn=drawn,
+        elements=drawn
+        + 4 * width * model_dim
+        + width * projected
+        + extent.batch * extent.heads * extent.queries * extent.dim
+        + 2 * logits
+        + extent.batch * extent.heads * extent.pairs,
+        macs=width * model_dim * projected + logits * extent.dim,
+        passes=4 * width * model_dim,
+    )
+
+
 @register(
     "transformer_xl",
+    param_cost=transformer_xl_cost,
     kind=Kind.SCORE_MOD,
     params=TransformerXLParams,
     paper=TRANSFORMER_XL_PAPER,

@@ -250,3 +250,67 @@ class AttentionWeights:
     weights: torch.Tensor
     leftover: torch.Tensor | None = None
     leftover_to_current: bool = False
+
+
+# ------------------------------------------------------------------------------------------- param costs
+@dataclass(frozen=True)
+class Extent:
+    """The sizes a method is applied at, known before any work: ``queries`` and ``keys`` positions (an absolute
+    method's tokens are its queries), ``heads`` and ``dim`` (the head's width), ``batch`` sequences (score terms run
+    per sequence), ``model_dim`` the width of the layer input x (0: H·dim). An absolute method's encodings are
+    ``width`` wide.
+    """
+
+    queries: int
+    keys: int
+    heads: int
+    dim: int
+    batch: int = 1
+    model_dim: int = 0
+
+    @property
+    def width(self) -> int:
+        """The layer input's width D_model: ``model_dim``, or H·dim where the caller gives none."""
+        return self.model_dim or self.heads * self.dim
+
+    @property
+    def distances(self) -> int:
+        """The distinct relative distances between a query and a key: Nq + Nk − 1."""
+        return self.queries + self.keys - 1
+
+    @property
+    def pairs(self) -> int:
+        """Query-key pairs of one head of one sequence: Nq · Nk."""
+        return self.queries * self.keys
+
+
+@dataclass(frozen=True)
+class ParamCost:
+    """What a method's params make it compute beyond the caller's own tensors, from the params and an ``Extent``
+    alone: ``drawn`` values drawn from the seed's generator (learned tables, their inits), ``elements`` other values
+    it allocates (an MLP's activations over distances, angle matrices, per-head tables), ``passes`` elementwise
+    operations over values without allocating (a truncated normal's transform of its draws), ``macs``
+    multiply-adds (MLP layers, matrix exponentials), and the ``params`` whose values drive them (what a refusal
+    names).
+
+    A method registers ``param_cost(params, extent) -> ParamCost`` where its params drive work: the gateway and the
+    job checks charge it before anything is allocated (``posenc.compute.common.method_cost``)."""
+
+    drawn: int = 0
+    elements: int = 0
+    macs: int = 0
+    params: tuple[str, ...] = ()
+    passes: int = 0
+
+    def plus(self, other: ParamCost) -> ParamCost:
+        return ParamCost(
+            self.drawn + other.drawn,
+            self.elements + other.elements,
+            self.macs + other.macs,
+            tuple(dict.fromkeys((*self.params, *other.params))),
+            self.passes + other.passes,
+        )
+
+    def times(self, count: int) -> ParamCost:
+        """``count`` times the work (one per layer, per head, per arm)."""
+        return ParamCost(self.drawn * count, self.elements * count, self.macs * count, self.params, self.passes * count)

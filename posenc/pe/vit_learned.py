@@ -27,7 +27,7 @@ from pydantic import Field
 from posenc.errors import InvalidInput
 from posenc.pe.ops import compute_dtype
 from posenc.pe.registry import MethodParams, Seed, register
-from posenc.pe.types import AbsoluteContext
+from posenc.pe.types import AbsoluteContext, Extent, ParamCost
 from posenc.schemas.methods import Kind
 from posenc.schemas.tensors import TensorIn
 from posenc.tensors import to_torch
@@ -227,6 +227,36 @@ def vit_learned_prefix(params: VitLearnedParams, ctx: AbsoluteContext, count: in
     return table[:count].to(device=ctx.device, dtype=ctx.dtype)  # (count, D)
 
 
+# Work units per tap of F.interpolate (one source value weighted into one output value), measured on CPU.
+INTERPOLATION_TAP_WORK = 2
+TAPS = {"nearest": 1, "vit_linear": 4, "bicubic": 16, "bicubic_antialias": 16}
+
+
+def vit_learned_cost(params: VitLearnedParams, extent: Extent) -> ParamCost:
+    """The seeded (prefix_tokens + Hs·Ws, D) table, drawn for the grid and again for the prefix rows, with its
+    concatenated and scaled copies; the grid part in the interpolation's dtype and layout; and the resize to the
+    requested grid (N = H'·W' cells): taps per output value by kernel (1, 4, 16; antialiased bicubic's grow with
+    the downscale, at most 16 per source value), INTERPOLATION_TAP_WORK each. Hs·Ws is the supplied table's,
+    else source_grid, else the requested grid (then nothing is resized)."""
+    dim, target = extent.width, extent.queries
+    if params.table is not None:
+        source = max((params.table.shape or [0])[0] - params.prefix_tokens, 0)
+    elif params.source_grid is not None:
+        source = params.source_grid[0] * params.source_grid[1]
+    else:
+        source = target
+    seeded = params.table is None
+    rows = params.prefix_tokens + source
+    resized = source != target or (params.table is None and params.source_grid is not None)
+    taps = TAPS[params.kernel] * max(source, target) * dim if resized else 0
+    return ParamCost(
+        drawn=(rows + params.prefix_tokens) * dim if seeded else 0,
+        elements=(2 * rows if seeded else 0) * dim + 2 * source * dim + (2 * target * dim if resized else 0),
+        passes=taps * INTERPOLATION_TAP_WORK // 12,
+        params=("source_grid", "prefix_tokens") if seeded else ("table",),
+    )
+
+
 @register(
     "vit_learned",
     axes=2,
@@ -235,6 +265,7 @@ def vit_learned_prefix(params: VitLearnedParams, ctx: AbsoluteContext, count: in
     paper=VIT_PAPER,
     learned=True,
     learned_init=vit_learned_init,
+    param_cost=vit_learned_cost,
     prefix_encoding=vit_learned_prefix,
     conventions={
         "table_layout": "(prefix_tokens + Hs·Ws, D): prefix rows first, then the grid rows row-major "

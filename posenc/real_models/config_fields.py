@@ -5,7 +5,9 @@ A config is an arbitrary JSON object, so nothing about it is trusted: a key the 
 here once (its type, finite, positive where it must be, within the bounds below), and an error names the key the
 user sent with its path inside the config (``text_config.rope_theta``, ``rope_scaling.factor``,
 ``axes_dims_rope.0``). Keys posenc does not read are kept as they are and never looked at, except that every
-string anywhere in the config must be valid Unicode (a lone surrogate cannot be sent back in an answer).
+string anywhere in the config must be valid Unicode (a lone surrogate cannot be sent back in an answer) and the
+whole config is bounded (``MAX_CONFIG_VALUES`` values, ``MAX_CONFIG_CHARS`` characters), checked before anything
+else reads it (``check_json_value``, the first step of ``resolve_config``).
 
 The bounds keep one request's work bounded (every per-layer list and every size is capped), while staying far
 above any published model: the deepest has about 128 decoder layers, the widest head 512 features.
@@ -29,6 +31,13 @@ MAX_FACTOR = 1 << 20  # scaling factors
 MAX_THETA = 1e30  # rope_theta: far above any model's (1e6-1e7), below where θ^(-2k/d) loses every frequency
 MAX_STRING = 256  # characters of a name the resolver reads (model_type, rope_type, a layer type)
 MAX_DEPTH = 32  # nesting of the config object
+# The size of a whole config: every value (numbers, strings, booleans, nulls, arrays and objects, the config
+# itself included; keys are not values) and every character of its strings and keys. Published config.json files
+# hold at most a few thousand values in a few tens of KiB (a multimodal model's nested configs, a quantization
+# config's module list); the limits are far above them, and bound the work (and the stored job) that keys the
+# resolver never reads could cost.
+MAX_CONFIG_VALUES = 20_000
+MAX_CONFIG_CHARS = 256 * 1024
 
 _STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
 
@@ -184,24 +193,52 @@ def read(model: type[ModelT], value: Any, loc: Loc = ()) -> ModelT:
 
 
 def check_json_value(value: Any, loc: Loc = ()) -> int:
-    """Refuse what no answer could carry back: a string (or a key) that is not valid Unicode (a lone surrogate
-    from a ``\\ud800`` escape), or nesting deeper than ``MAX_DEPTH``. Returns how many values it holds."""
+    """Refuse what no answer could carry back, and what no model's config holds: a string (or a key) that is not
+    valid Unicode (a lone surrogate from a ``\\ud800`` escape), nesting deeper than ``MAX_DEPTH``, more than
+    ``MAX_CONFIG_VALUES`` values or more than ``MAX_CONFIG_CHARS`` characters of strings and keys (errors at
+    ``loc``, the config itself). Returns how many values it holds.
+
+    The sizes are counted as the walk goes (a container's entries when it is reached, a string's length before it
+    is read), so a config over a limit is refused after at most the limit's worth of work, whatever it holds."""
     stack: list[tuple[Any, Loc]] = [(value, loc)]
-    values = 0
+    values = 1
+    chars = 0
     while stack:
         item, where = stack.pop()
-        values += 1
         if len(where) - len(loc) > MAX_DEPTH:
             raise InvalidInput(where, f"is nested more than {MAX_DEPTH} levels deep")
         if isinstance(item, str):
+            chars = _count_chars(chars, len(item), loc)
             _check_text(item, where)
-        elif isinstance(item, Mapping):
-            for key, child in item.items():
-                _check_text(str(key), (*where, str(key)) if _encodable(str(key)) else where)
-                stack.append((child, (*where, str(key))))
-        elif isinstance(item, list | tuple):
-            stack.extend((child, (*where, index)) for index, child in enumerate(item))
+        elif isinstance(item, Mapping | list | tuple):
+            values += len(item)
+            if values > MAX_CONFIG_VALUES:
+                raise InvalidInput(loc, _too_large(f"more than {MAX_CONFIG_VALUES} values", "MAX_CONFIG_VALUES"))
+            if isinstance(item, Mapping):
+                for key, child in item.items():
+                    name = str(key)
+                    chars = _count_chars(chars, len(name), loc)
+                    _check_text(name, (*where, name) if _encodable(name) else where)
+                    stack.append((child, (*where, name)))
+            else:
+                stack.extend((child, (*where, index)) for index, child in enumerate(item))
     return values
+
+
+def _count_chars(chars: int, more: int, loc: Loc) -> int:
+    chars += more
+    if chars > MAX_CONFIG_CHARS:
+        raise InvalidInput(
+            loc, _too_large(f"more than {MAX_CONFIG_CHARS} characters of strings and keys", "MAX_CONFIG_CHARS")
+        )
+    return chars
+
+
+def _too_large(what: str, name: str) -> str:
+    return (
+        f"holds {what}, over the limit of a model config ({name}; a published config.json holds at most a few "
+        "thousand values in a few tens of KiB): send the config.json as published, without keys added to it"
+    )
 
 
 def _check_text(text: str, loc: Loc) -> None:

@@ -699,7 +699,7 @@ def rope_frequencies(method: str, params: Mapping[str, Any], rotary_dim: int, se
         parsed = spec.parse_params(dict(params))
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise InvalidInput(("params", *first["loc"]), first["msg"]) from None
+        raise InvalidInput(("params", *first["loc"]), str(first["msg"]).removeprefix("Value error, ")) from None
     frequencies: RotaryFrequencies = spec.fn(parsed, RotaryContext(rotary_dim=rotary_dim, seq_len=seq_len))
     return frequencies
 

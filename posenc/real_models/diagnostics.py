@@ -152,7 +152,7 @@ def _applier(setup: RotarySetup, dtype: torch.dtype = torch.float64) -> RotaryAp
         params = spec.parse_params(dict(setup.params))
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise InvalidInput(("params", *first["loc"]), first["msg"]) from None
+        raise InvalidInput(("params", *first["loc"]), str(first["msg"]).removeprefix("Value error, ")) from None
     layer = Layer(
         num_heads=1,
         head_dim=setup.rotary_dim,
@@ -509,8 +509,10 @@ def compare(
         )
     q, k = probe_vectors(setup_a.rotary_dim, seed)  # (d,) each
     zero = torch.zeros(1, dtype=torch.int64)
-    key_a = _rotate(applier_a, k[None], zero, seq_len, keys=True)[0]  # (d,): R_a(0) k
-    key_b = _rotate(applier_b, k[None], zero, seq_len, keys=True)[0]
+    with _as_argument("setup_a"):
+        key_a = _rotate(applier_a, k[None], zero, seq_len, keys=True)[0]  # (d,): R_a(0) k
+    with _as_argument("setup_b"):
+        key_b = _rotate(applier_b, k[None], zero, seq_len, keys=True)[0]
 
     angle_at: tuple[int, int, float] | None = None  # (position, pair, δ)
     logit_at: tuple[int, float, float] | None = None  # (position, ℓ_a, ℓ_b)
@@ -527,8 +529,10 @@ def compare(
                 angle_at = (start + row, int(pair[row]), float(worst[row]))
         if logit_at is None:
             queries = q[None].expand(pos.shape[0], -1)  # (C, d)
-            logits_a = _rotate(applier_a, queries, pos, seq_len, keys=False) @ key_a  # (C,)
-            logits_b = _rotate(applier_b, queries, pos, seq_len, keys=False) @ key_b
+            with _as_argument("setup_a"):  # a method's own check of a position (xPos's decay) names its setup
+                logits_a = _rotate(applier_a, queries, pos, seq_len, keys=False) @ key_a  # (C,)
+            with _as_argument("setup_b"):
+                logits_b = _rotate(applier_b, queries, pos, seq_len, keys=False) @ key_b
             over = torch.nonzero((logits_a - logits_b).abs() > logit_tolerance)
             if over.numel():
                 row = int(over[0, 0])

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gguf.constants import Keys
 
-from posenc.errors import FieldErrors, InvalidInput, located
+from posenc.errors import FieldErrors, InvalidInput, Loc, located
 from posenc.pe.registry import get_method
+from posenc.real_models.config_fields import MAX_HEAD_DIM
 from posenc.real_models.configs import (
     ROPE_TYPE_METHODS,
     WHOLE_HEAD_MODEL_TYPES,
@@ -94,6 +95,11 @@ GGUF_KEYS: dict[str, str] = {
     "q_lora_rank": Keys.Attention.Q_LORA_RANK,
     "qk_head_dim": Keys.Attention.KEY_LENGTH_MLA,  # qk_nope_head_dim + qk_rope_head_dim (key_length before it)
     "v_head_dim": Keys.Attention.VALUE_LENGTH_MLA,
+}
+# Hugging Face field -> the rope tensor it is read from (LongRoPE's per-pair factors)
+GGUF_TENSOR_FIELDS: dict[str, str] = {
+    "long_factor": "rope_factors_long.weight",
+    "short_factor": "rope_factors_short.weight",
 }
 # What llama.cpp's loader takes for an architecture when the GGUF has no key for the field (src/llama-model.cpp,
 # src/models/*.cpp): Gemma 3's sliding layers every 6th layer global, at base 10000 and unscaled
@@ -183,28 +189,41 @@ def check_metadata(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence[A
 @dataclass(frozen=True)
 class GgufConfig:
     """A GGUF's metadata as a Hugging Face style config (v4 spelling: ``rope_scaling`` next to ``rope_theta``),
-    the GGUF key (or tensor) each field came from, and notes on what could not be mapped back."""
+    the GGUF key (or tensor) each field came from, notes on what could not be mapped back, and ``keys``: the GGUF
+    key of every mapped field under the file's architecture (``GGUF_KEYS`` formatted), given or not."""
 
     config: dict[str, Any]
     origins: dict[str, str]
     notes: list[ConfigWarning]
+    keys: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self) -> ResolvedConfig:
         """The config's layers, as ``/v1/models/resolve`` answers them; an error names the GGUF key the field came
-        from (``("metadata", "llama.block_count")``, not the config's ``num_hidden_layers``)."""
+        from (``("metadata", "llama.block_count")``, not the config's ``num_hidden_layers``), the key the file
+        would need for a field it lacks (``("metadata", "llama.attention.head_count")``), or the rope tensor
+        (``("tensors", "rope_freqs.weight")``)."""
         try:
             return resolve_config(self.config)
         except InvalidInput as exc:
-            raise InvalidInput(self._gguf_loc(exc.loc), exc.msg) from None
+            raise InvalidInput(*self._gguf_error(exc.loc, exc.msg)) from None
         except FieldErrors as exc:
-            raise FieldErrors({**error, "loc": self._gguf_loc(error["loc"])} for error in exc.errors) from None
+            raise FieldErrors(
+                {**error, **dict(zip(("loc", "msg"), self._gguf_error(error["loc"], error["msg"]), strict=True))}
+                for error in exc.errors
+            ) from None
 
-    def _gguf_loc(self, loc: Sequence[str | int]) -> tuple[str | int, ...]:
-        for end in range(len(loc), 0, -1):  # the longest leading part of the loc that a GGUF key filled
+    def _gguf_error(self, loc: Sequence[str | int], msg: str) -> tuple[Loc, str]:
+        """An error of the config located in the request: at the GGUF key (or rope tensor) of the longest leading
+        part of ``loc`` that one filled or would fill; at ``metadata`` itself, naming the config field, where no
+        key could (a default llama.cpp takes without one)."""
+        for end in range(len(loc), 0, -1):
             origin = self.origins.get(".".join(map(str, loc[:end])))
-            if origin is not None:
-                return ("metadata", origin, *loc[end:])
-        return ("metadata", *loc)
+            if origin is None and (end == 1 or (end == 2 and loc[0] == "rope_scaling")):
+                origin = self.keys.get(str(loc[end - 1]))  # a field the file lacks: the key that would give it
+            if origin is not None and origin != NO_KEY:
+                return ("tensors" if origin in ROPE_TENSORS else "metadata", origin, *loc[end:]), msg
+        field_name = ".".join(map(str, loc)) or "the config"
+        return ("metadata",), f"{field_name} (of the config the metadata maps to, set by no GGUF key): {msg}"
 
 
 def _number(metadata: Mapping[str, Any], key: str, *, integer: bool = False) -> Any:
@@ -232,7 +251,7 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
         raise InvalidInput(("metadata", Keys.General.ARCHITECTURE), "is required (the model's architecture)")
     keys = {name: template.format(arch=arch) for name, template in GGUF_KEYS.items()}
     config: dict[str, Any] = {"model_type": ARCH_MODEL_TYPES.get(arch, arch)}
-    origins: dict[str, str] = {}
+    origins: dict[str, str] = {"model_type": Keys.General.ARCHITECTURE}
     notes: list[ConfigWarning] = []
 
     def put(name: str, value: Any, origin: str | None = None) -> None:
@@ -268,6 +287,12 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
     config.setdefault("rope_theta", LLAMA_CPP_THETA)
     heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
     if "qk_rope_head_dim" not in config and "head_dim" not in config and heads and hidden:
+        if not 1 <= hidden // heads <= MAX_HEAD_DIM:
+            raise InvalidInput(
+                ("metadata", keys["hidden_size"]),
+                f"{keys['hidden_size']} / {keys['num_attention_heads']} = {hidden // heads} features per head; "
+                f"must be 1 ... {MAX_HEAD_DIM} (or give {keys['head_dim']})",
+            )
         config["head_dim"] = hidden // heads  # n_embd_head_k = n_embd / n_head
     switch = LLAMA_CPP_DEFAULTS_OFF.get(arch)
     defaults = {} if switch is not None and metadata.get(keys[switch]) == 0 else LLAMA_CPP_ARCH_DEFAULTS.get(arch, {})
@@ -280,7 +305,7 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
         origins.update({f"rope_scaling.{name}": origin for name, origin in scaling_origins.items()})
     else:  # said outright: llama.cpp scales nothing, where a config class would fill in its own (gpt-oss's YaRN)
         config["rope_scaling"] = {"rope_type": "default"}
-    return GgufConfig(config, origins, notes)
+    return GgufConfig(config, origins, notes, keys | GGUF_TENSOR_FIELDS)
 
 
 def _rotary_dim(metadata: Mapping[str, Any], keys: Mapping[str, str], config: dict[str, Any], put: Any) -> None:
@@ -364,10 +389,7 @@ def _scaling(
             scaling["mscale_all_dim"], origins["mscale_all_dim"] = mscale_all_dim, keys["mscale_all_dim"]
             scaling["mscale"], origins["mscale"] = (mscale_all_dim if tenths else 1.0), keys["mscale_all_dim"]
         if scaling["rope_type"] == "longrope":
-            for name, tensor in (
-                ("long_factor", "rope_factors_long.weight"),
-                ("short_factor", "rope_factors_short.weight"),
-            ):
+            for name, tensor in GGUF_TENSOR_FIELDS.items():
                 if tensor in tensors:
                     scaling[name], origins[name] = [float(v) for v in tensors[tensor]], tensor
     elif "rope_freqs.weight" in tensors:

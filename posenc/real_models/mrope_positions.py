@@ -17,13 +17,20 @@ Rule (as the models' ``get_rope_index`` computes it, checked against Hugging Fac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
-from posenc.errors import InvalidInput
+from posenc.errors import InvalidInput, Loc
+from posenc.schemas.compute import MAX_ROTARY_POSITION
+
+# Position ids stay below 2^26, the largest position the rotary routes take (rotary angles n·ω are exact to float32
+# rounding up to it), so that every id and the next position can be rotated; a sequence whose ids would pass it is
+# refused, naming the segment's field that drives them.
+MAX_POSITION_ID = MAX_ROTARY_POSITION
 
 Rule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 Advance = Literal["max_hw", "max_id"]
@@ -71,6 +78,16 @@ def _check(segment: Segment, index: int, merge: int) -> tuple[int, int, int] | N
     return segment.grid
 
 
+def _check_bound(end: float, loc: Loc, what: str) -> None:
+    """Refuse ids that run to ``end`` (one past the largest) beyond ``MAX_POSITION_ID``, at ``loc``."""
+    if not end <= MAX_POSITION_ID:
+        raise InvalidInput(
+            loc,
+            f"{what} would reach position {int(end) - 1 if math.isfinite(end) else end}; position ids must stay "
+            f"below {MAX_POSITION_ID} (2^26)",
+        )
+
+
 def mrope_position_ids(
     segments: Sequence[Segment],
     *,
@@ -79,7 +96,9 @@ def mrope_position_ids(
     tokens_per_second: float = 2.0,
     advance: Advance = "max_hw",
 ) -> PositionIds:
-    """The (3, N) M-RoPE position ids of the segments, by the model family's ``rule`` (module docstring)."""
+    """The (3, N) M-RoPE position ids of the segments, by the model family's ``rule`` (module docstring). Every
+    id is below ``MAX_POSITION_ID`` (the next position at most it): checked before each segment's ids are made,
+    errors at ("segments", i, "length"), ("segments", i, "grid") or ("segments", i, "seconds_per_grid")."""
     if spatial_merge_size < 1:
         raise InvalidInput(("spatial_merge_size",), f"must be at least 1, got {spatial_merge_size}")
     if not segments:
@@ -90,6 +109,7 @@ def mrope_position_ids(
     for index, segment in enumerate(segments):
         grid = _check(segment, index, spatial_merge_size)
         if grid is None:
+            _check_bound(position + segment.length, ("segments", index, "length"), "the text's ids")
             pieces.append(torch.arange(segment.length, dtype=torch.int64).expand(3, -1) + position)  # (3, n)
             position += segment.length
             continue
@@ -100,9 +120,19 @@ def mrope_position_ids(
         if segment.kind == "image":
             interval = 1.0  # still images have no time to space out
         for frame_grid in frames:
+            extent = max(frame_grid[1], frame_grid[2]) // spatial_merge_size
+            _check_bound(position + extent, ("segments", index, "grid"), "the grid's ids")
+            if frame_grid[0] > 1:  # the temporal ids: position + floor(f · interval) for f < T, as they are made
+                span = (frame_grid[0] - 1) * interval
+                timed = segment.kind == "video" and rule == "qwen2_5_vl" and interval > 1
+                _check_bound(
+                    position + (math.floor(span) if math.isfinite(span) else span) + 1,
+                    ("segments", index, "seconds_per_grid" if timed else "grid"),
+                    "the temporal ids (frame · tokens_per_second · seconds_per_grid)" if timed else "the temporal ids",
+                )
             ids = _vision_ids(position, frame_grid, spatial_merge_size, interval)  # (3, n)
             pieces.append(ids)
-            by_extent = position + max(frame_grid[1], frame_grid[2]) // spatial_merge_size
+            by_extent = position + extent
             by_largest = int(ids.max()) + 1
             if by_extent != by_largest:
                 diverged.append(index)

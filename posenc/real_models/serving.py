@@ -220,7 +220,7 @@ def _method_applier(method: str, params: Mapping[str, Any], dim: int, pairing: P
         parsed = spec.parse_params(dict(params))
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise InvalidInput(("params", *first["loc"]), first["msg"]) from None
+        raise InvalidInput(("params", *first["loc"]), str(first["msg"]).removeprefix("Value error, ")) from None
     layer = Layer(num_heads=heads, head_dim=dim, causal=True, pairing=pairing, dtype=torch.float64)
     applier = build_applier(spec, parsed, layer)
     if not applier.inside_attention or applier.materialises_scores:
@@ -738,9 +738,18 @@ class _Simulator:
         return self._run(steps, self._recompute_visible, tallies)
 
 
-def serve_check(layer: ServingLayer, schedules: Schedules, *, tolerance: float = 1e-9, seed: int = 0) -> ServeReport:
+def serve_check(
+    layer: ServingLayer,
+    schedules: Schedules,
+    *,
+    tolerance: float = 1e-9,
+    seed: int = 0,
+    setup: Loc = ("setup",),
+) -> ServeReport:
     """Every layout's variants against full recomputation (see the module docstring), float64. Errors at
-    ("tolerance",), ("seed",)."""
+    ("tolerance",), ("seed",); a check the layer's method makes while it runs (xPos's decay past float64, a
+    parameter table of another shape than the heads need) under ``setup``, where the layer's setup was given (a
+    config's layer: under ``setup`` + ("config",), as ``serving_layer`` names its errors)."""
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance < math.inf:
         raise InvalidInput(("tolerance",), f"must be a finite number >= 0, got {tolerance!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
@@ -748,11 +757,12 @@ def serve_check(layer: ServingLayer, schedules: Schedules, *, tolerance: float =
     simulator = _Simulator(layer, schedules, float(tolerance), seed)
     results: list[VariantResult] = []
     chunked = ("chunked_prefill", "stale_cached_keys", "chunk_local_positions")
-    for chunk in schedules.chunk_sizes:
-        results += simulator.schedule(schedules.chunk_passes(chunk), chunked, {"chunk": chunk})
-    decoded = ("decode", "stale_cached_keys_decode")
-    results += simulator.schedule(schedules.decode_passes(), decoded, {"prefill": schedules.prefill})
-    results += simulator.padded()
-    results += simulator.packed()
-    results += simulator.eviction()
+    with located((*setup, "config") if "layer" in layer.source else setup):
+        for chunk in schedules.chunk_sizes:
+            results += simulator.schedule(schedules.chunk_passes(chunk), chunked, {"chunk": chunk})
+        decoded = ("decode", "stale_cached_keys_decode")
+        results += simulator.schedule(schedules.decode_passes(), decoded, {"prefill": schedules.prefill})
+        results += simulator.padded()
+        results += simulator.packed()
+        results += simulator.eviction()
     return ServeReport(layer, schedules, float(tolerance), seed, results)

@@ -494,9 +494,10 @@ class Job(BaseModel):
     updated_at: datetime | None = None
     estimate_s: float | None = Field(
         default=None,
-        description="seconds this job should take on one worker of its queue, estimated when it was submitted: "
-        "its cost in multiply-adds over the throughput measured on this deployment's recent jobs (a default "
-        "until one has run). Several workers share a benchmark's runs",
+        description="seconds this job should take on one worker of its queue (started_at to finished_at), "
+        "estimated when it was submitted: per process and per run set-up, training steps, tokens, evaluation "
+        "sizes and multiply-adds, each at its default cost, scaled by how fast this deployment's workers ran "
+        "their recent runs of the same task family and attention path. Several workers share a benchmark's runs",
     )
     parent: str | None = Field(default=None, description="a run of a benchmark that fanned out: the benchmark's job id")
     children: list[JobChild] = Field(
@@ -506,8 +507,43 @@ class Job(BaseModel):
     )
 
 
+SUMMARY_ERROR_CHARS = 500  # a summary's error: its first characters; the job's record has all of it
+
+
+class JobSummary(BaseModel):
+    """One job in a listing: what it is, its state and its links, without its spec, result or artifacts (the
+    whole record is ``GET /v1/jobs/{id}``). Its size does not depend on the spec or the result."""
+
+    id: str
+    kind: JobKind
+    status: JobStatus
+    progress: JobProgress = Field(default_factory=JobProgress)
+    error: str | None = Field(
+        default=None, description=f"the error's first {SUMMARY_ERROR_CHARS} characters; the job's record has it whole"
+    )
+    methods: list[str] | None = Field(
+        default=None,
+        description="the names of the spec's method entries (their label, else the method, the config preset, "
+        "or 'config'); a run of a benchmark: its own; empty for a compute job; null for a job whose record "
+        "predates this field",
+    )
+    attempts: int = 0
+    queue: str = "cpu"
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime | None = None
+    estimate_s: float | None = Field(default=None, description="the job's estimate_s, as in its record")
+    parent: str | None = Field(default=None, description="a run of a benchmark that fanned out: the benchmark's job id")
+    runs: int = Field(
+        default=0,
+        description="a benchmark that fanned out: how many runs it has (GET /v1/jobs?parent={id} lists them); "
+        "its progress is theirs summed",
+    )
+
+
 class JobList(BaseModel):
-    data: list[Job]
+    data: list[JobSummary]
     count: int
 
 

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from posenc.schemas.compute import ConfigOrPreset
 
 MAX_SEGMENT_TOKENS = 1 << 20
+# A video's seconds per temporal grid step: Qwen2.5-VL's temporal_patch_size / fps, 1-2 s for videos sampled at 1-2
+# fps; an hour is far above any sampling and keeps frame · tokens_per_second · seconds_per_grid a finite number.
+MAX_SECONDS_PER_GRID = 3600.0
 
 
 class _Strict(BaseModel):
@@ -22,7 +25,12 @@ class SegmentIn(_Strict):
     grid: list[int] | None = Field(
         default=None, min_length=3, max_length=3, description="image / video: (T, H, W) patches before the merge"
     )
-    seconds_per_grid: float = Field(default=1.0, gt=0, description="video: seconds per temporal grid step")
+    seconds_per_grid: float = Field(
+        default=1.0,
+        gt=0,
+        le=MAX_SECONDS_PER_GRID,
+        description="video: seconds per temporal grid step (at most an hour); the ids it makes must stay below 2^26",
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> SegmentIn:

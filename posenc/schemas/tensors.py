@@ -34,6 +34,7 @@ from pydantic import (
     PlainValidator,
     PrivateAttr,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -257,6 +258,11 @@ class TensorData(_Strict):
         return num_elements(self.shape)
 
 
+# The most values a random spec may ask for anywhere (2^30: 4 GiB of float32), whatever the budgets: a shape's
+# product is checked before anything is drawn, so no spec can overflow or exhaust memory on its way to a budget.
+MAX_RANDOM_ELEMENTS = 1 << 30
+
+
 class RandomSpec(_Strict):
     """Server-side generated tensor: same shape, seed and distribution give the same values."""
 
@@ -264,6 +270,16 @@ class RandomSpec(_Strict):
     seed: Int64 = 0
     distribution: Literal["normal", "uniform"] = "normal"
     dtype: FloatDType = "float32"
+
+    @field_validator("shape")
+    @classmethod
+    def _drawable(cls, shape: list[int]) -> list[int]:
+        if num_elements(shape) > MAX_RANDOM_ELEMENTS:
+            raise ValueError(
+                f"{num_elements(shape)} values is over the {MAX_RANDOM_ELEMENTS} a random tensor may have; "
+                "send the tensor (application/vnd.safetensors) or ask for fewer values"
+            )
+        return shape
 
 
 class RandomTensor(_Strict):
@@ -294,6 +310,31 @@ class TensorResponse(BaseModel):
 
     tensors: dict[str, TensorOut]
     meta: dict[str, Any] = Field(default_factory=dict)
+
+
+CONFIG_FIELDS = frozenset({"config", "against"})  # request fields that hold a model config, never a tensor
+
+
+def declared_inputs(value: Any, loc: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], int]]:
+    """(loc, elements) of every input tensor a request declares, read without decoding or drawing anything:
+    parsed tensors, and in the raw dicts a route keeps as given (a setup's or a job method's ``params``) every
+    ``{"random": {"shape": [...]}}`` and ``{"dtype", "shape", "data"}``. What the input budget is checked against
+    before any tensor is made."""
+    if isinstance(value, TensorData | RandomTensor):
+        return [(loc, value.num_elements)]
+    if isinstance(value, BaseModel):  # model configs (``config``, a GGUF's ``against``) hold no tensors
+        names = [name for name in type(value).model_fields if name not in CONFIG_FIELDS]
+        return [found for name in names for found in declared_inputs(getattr(value, name), (*loc, name))]
+    if isinstance(value, list | tuple):
+        return [found for index, item in enumerate(value) for found in declared_inputs(item, (*loc, index))]
+    if isinstance(value, dict):
+        random = value.get("random")
+        raw: dict[Any, Any] = random if isinstance(random, dict) else value
+        shape = raw.get("shape") if "random" in value or {"shape", "data"} <= value.keys() else None
+        if isinstance(shape, list) and all(isinstance(size, int) and size >= 0 for size in shape):
+            return [(loc, math.prod(shape))]
+        return [found for key, item in value.items() for found in declared_inputs(item, (*loc, str(key)))]
+    return []
 
 
 def tensor_fields(value: Any) -> list[TensorData | RandomTensor]:

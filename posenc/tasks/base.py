@@ -26,6 +26,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import BaseModel, ValidationError
 
+from posenc.compute.common import method_cost
+from posenc.compute.cost import Cost, Meter
 from posenc.errors import InvalidInput, Loc, located
 from posenc.patterns import (
     MIN_LOCAL_SPAN,
@@ -37,7 +39,8 @@ from posenc.patterns import (
     unit_overrides,
 )
 from posenc.pe import MethodParams, MethodSpec, get_method
-from posenc.pe.appliers import Layer, build_applier
+from posenc.pe.appliers import DRY_RUN_KEYS, Layer, build_applier
+from posenc.pe.types import Extent
 from posenc.real_models.configs import resolve_config
 from posenc.real_models.presets import PRESETS, UnknownPresetError, get_preset
 from posenc.schemas.jobs import DataSpec, EvalSpec, JobKind, JobSpec, MethodRef
@@ -70,6 +73,7 @@ class Family(ABC):
 
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
+        self.meter = Meter()  # what the checks' work is charged to (the gateway's budgets: ``validate_spec``)
 
     # ---- which spec is this family's
     @classmethod
@@ -121,6 +125,10 @@ class Family(ABC):
     def output_classes(self) -> int:
         """The model's output classes (a bound for the cost): its vocabulary or its labels."""
         return 256
+
+    def input_parameters(self, dim: int) -> int:
+        """The parameters that bring an input into the model's width ``dim``: a token embedding per symbol."""
+        return self.output_classes() * dim
 
     # ---- validation
     def validate(self, kind: JobKind, data_dirs: Sequence[Path] | None = None) -> None:
@@ -217,6 +225,13 @@ class Family(ABC):
             return
         self._validate_layer(LayerSetup(ref.method_name, dict(ref.params)), loc, in_pattern=False)
 
+    def charge_method(self, method: MethodSpec, params: MethodParams, loc: Loc, extent: Extent, times: int = 1) -> None:
+        """Charge what ``params`` make ``method`` compute at ``extent`` (``times`` over: one per dry run) to the
+        checks' meter before it runs: a seeded table as long as the gateway's budget allows is a 413 naming the
+        param, not seconds of the gateway's time."""
+        cost = method_cost(method, params, extent, (*loc, "params"))
+        self.meter.charge(Cost(workspace_bytes=cost.workspace_bytes, work=times * cost.work, fields=cost.fields))
+
     def require_rotary(self, ref: MethodRef, loc: Loc) -> None:
         """A context-extension study's base model and rules: one rotary method in every layer (no pattern)."""
         if ref.patterned:
@@ -251,6 +266,8 @@ class Family(ABC):
         check_trainable(method, loc)
         model = self.spec.model
         head_dim = model.dim // model.heads
+        keys = min(self.longest_tokens(), 2 * DRY_RUN_KEYS)  # a dry run's keys (``Applier.dry_run``), twice
+        self.charge_method(method, params, loc, Extent(keys, keys, model.heads, head_dim, 1, model.dim), times=2)
         rotary_dim = None if setup.rotary_fraction >= 1.0 else 2 * int(setup.rotary_fraction * head_dim / 2)
         layer = Layer(
             num_heads=model.heads,

@@ -14,7 +14,7 @@ import torch
 from posenc.errors import InvalidInput, Loc
 from posenc.pe import get_method
 from posenc.pe.appliers import Layer, build_applier, grid_positions
-from posenc.pe.types import Graph
+from posenc.pe.types import Extent, Graph
 from posenc.schemas.jobs import MAX_GRAPH_NODES, MethodRef
 from posenc.tasks.base import Family, cannot_run, check_trainable, parse_params
 from posenc.tasks.images import dry_run_tokens
@@ -93,6 +93,10 @@ class Graphs(Family):
         check_trainable(method, loc)
         model = self.spec.model
         prefix = int(model.cls_token)
+        head_dim = model.dim // model.heads
+        for nodes in self.eval_sizes():
+            tokens = prefix + nodes
+            self.charge_method(method, params, loc, Extent(tokens, tokens, model.heads, head_dim, 1, model.dim))
         try:
             for nodes in self.eval_sizes():
                 path = torch.stack((torch.arange(nodes - 1), torch.arange(1, nodes)), dim=-1)  # (n − 1, 2)

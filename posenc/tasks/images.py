@@ -19,7 +19,7 @@ import torch
 from posenc.errors import InvalidInput, Loc
 from posenc.pe import get_method
 from posenc.pe.appliers import Applier, Layer, build_applier, grid_positions
-from posenc.pe.types import LayerInputs
+from posenc.pe.types import Extent, LayerInputs
 from posenc.schemas.jobs import JobKind, MethodRef
 from posenc.tasks.base import SPEC, Family, cannot_run, check_trainable, parse_params
 
@@ -81,6 +81,10 @@ class Images(Family):
     def output_classes(self) -> int:
         return CLASSES[self.task]
 
+    def input_parameters(self, dim: int) -> int:
+        """The patch projection (3·p² RGB values to ``dim``, with its bias) and the class token."""
+        return 3 * self.patch * self.patch * dim + 2 * dim
+
     def validate(self, kind: JobKind, data_dirs: Sequence[Path] | None = None) -> None:
         """Every resolution a whole number of patches, at most ``MAX_IMAGE_PATCHES`` of them."""
         super().validate(kind, data_dirs)
@@ -117,6 +121,10 @@ class Images(Family):
             num_heads=model.heads, head_dim=model.dim // model.heads, causal=False, model_dim=model.dim,
             pairing=model.pairing,
         )  # fmt: skip
+        head_dim = model.dim // model.heads
+        for resolution in self.eval_sizes():
+            tokens = (resolution // self.patch) ** 2 + int(model.cls_token)
+            self.charge_method(method, params, loc, Extent(tokens, tokens, model.heads, head_dim, 1, model.dim))
         try:
             applier = build_applier(method, params, layer)
             applier.check()

@@ -11,8 +11,9 @@ each method's mean reciprocal rank (MRR) over (task, seed), ranked by its mean s
 ``paper``     the NoPE paper's task grid at tiny scale (every copy variant, reverse, addition, sort, parity at sizes
               up to 10; d=128, 2,000 steps, 3 seeds): hours on a CPU, minutes on a GPU.
 
-The durations are estimates from the job cost and the measured throughput (``posenc.jobspec.estimate_seconds``);
-a suite's job says its own estimate when it is submitted.
+The durations are estimates from the counts of each run (``posenc.job_estimates.estimate_seconds``: set-ups,
+steps, tokens, evaluation sizes, multiply-adds) scaled by what the workers measured; a suite's job says its own
+estimate when it is submitted.
 """
 
 from __future__ import annotations

@@ -63,6 +63,8 @@ async def _compute(
     budgets = Budgets.from_settings(settings)
 
     def checked() -> Prepared:
+        with located(("body",)):
+            budgets.check_declared(request)  # before prepare: a method's checks may decode its params' tensors
         prepared = prepare(route, request)
         with located(("body",)):
             budgets.check(prepared.cost, prepared.budget_hint, json_answer=False)

@@ -28,9 +28,11 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse
 from redis.exceptions import RedisError
 
+from posenc.compute.cost import Budgets
 from posenc.corpora import data_directories
-from posenc.errors import InvalidInput
-from posenc.jobspec import estimate_seconds, job_cost, validate_job
+from posenc.errors import InvalidInput, located
+from posenc.job_estimates import check_duration, check_memory, estimate_seconds, job_groups, speed_keys
+from posenc.jobspec import job_cost, validate_job
 from posenc.jobstore import (
     ActiveJobsLimit,
     IdempotencyConflict,
@@ -142,6 +144,18 @@ def _check_cost(body: JobCreate, settings: Settings) -> int:
     return cost
 
 
+def _check_duration(store: JobStore, body: JobCreate, queue: str, settings: Settings) -> float | None:
+    """The job's ``estimate_s`` (``posenc.job_estimates``: its counts times the seconds each takes, scaled by what
+    this deployment's workers measured); a 413 naming the field that drives it when one attempt would run past
+    the job time limit. None for a compute job."""
+    if not isinstance(body.spec, JobSpec):
+        return None
+    with _redis_available():
+        speeds = {key: store.throughput(key) for key in speed_keys(body, queue)}
+    check_duration(body, settings.job_soft_time_limit_s, queue, speeds)
+    return estimate_seconds(job_groups(body), queue, speeds)
+
+
 def _check_checkpoint_visible(store: JobStore, body: JobCreate, principal: Principal) -> None:
     """An extrapolate job reads the model of the train job it names: with keys, only one the caller could read
     itself. Another key's job and a missing one get the same 422."""
@@ -160,7 +174,7 @@ def _create_record(
     queue: str,
     principal: Principal,
     idempotency_key: str | None,
-    cost: int,
+    estimate_s: float | None,
 ) -> None:
     """Write the queued record owned by ``principal``; with keys, refuse (429) a key at its active-jobs limit
     and free the Idempotency-Key it reserved, so the same request can be retried once a slot frees."""
@@ -174,7 +188,7 @@ def _create_record(
             owner=principal.owner,
             max_active=limit,
             priority=priority_for_kind(body.kind),
-            estimate_s=estimate_seconds(cost, queue, store.throughput(queue)) if cost > 1 else None,
+            estimate_s=estimate_s,
         )
     except ActiveJobsLimit as exc:
         if idempotency_key is not None:
@@ -199,7 +213,12 @@ def _create_record(
     responses={
         404: _PROBLEM,
         409: _PROBLEM,
-        413: _PROBLEM | {"description": "over max_job_cost (size: the job's cost, limit), or a compute job's budget"},
+        413: _PROBLEM
+        | {
+            "description": "over max_job_cost (size: the job's cost, limit), a run's estimated peak memory over "
+            "worker_memory_bytes or its estimated duration over the job time limit (errors: the field that drives "
+            "it), or a compute job's budget"
+        },
         422: _PROBLEM,
         429: _PROBLEM
         | {"description": "this key is at max_active_jobs_per_key, or rate limited; see Retry-After and detail"},
@@ -216,7 +235,9 @@ def create_job(
     """Answers 202 with the queued job and its ``Location``. A repeat with the same ``Idempotency-Key`` and
     body returns the same job; the same key with another body is a 422. Idempotency-Keys are per API key.
 
-    A job over ``max_job_cost`` is a 413 naming its cost and the limit; with API keys, a key that already has
+    A job over ``max_job_cost`` is a 413 naming its cost and the limit; so is one whose run would need more
+    memory than ``worker_memory_bytes`` or run past the job time limit (``job_soft_time_limit_s``), estimated
+    from the spec and naming the field that drives it (``errors[0].loc``); with API keys, a key that already has
     ``max_active_jobs_per_key`` jobs queued or running gets a 429 with Retry-After.
 
     A ``benchmark`` of several runs fans out: each (method, seed) run becomes a job of its own (listed in the
@@ -228,13 +249,22 @@ def create_job(
     artifact ``tensors.safetensors``; it is checked here as the route would check it (unknown method 404, bad
     values 422), against ``max_job_output_bytes`` (413) instead of the route's output budget."""
     settings = _settings(request)
-    cost = _check_cost(body, settings)
+    with located(("body",)):
+        Budgets.from_settings(settings).check_declared(body)  # tensors in method params, a compute request
+    _check_cost(body, settings)
     # the spec's dry runs (every method applied once, a compute request prepared) are work: in a compute slot
     slots: ComputeSlots = request.app.state.compute_slots
     with slots.held():
-        validate_job(body, max_compute_bytes=settings.max_job_output_bytes, data_dirs=data_directories(settings))
+        validate_job(
+            body,
+            max_compute_bytes=settings.max_job_output_bytes,
+            data_dirs=data_directories(settings),
+            budgets=Budgets.from_settings(settings),
+        )
+    check_memory(body, settings.worker_memory_bytes)  # BudgetExceeded: a 413 naming the field that drives it
     store = _store(request)
     queue = queue_for_device(body.spec.device if isinstance(body.spec, JobSpec) else "cpu")
+    estimate_s = _check_duration(store, body, queue, settings)
     job_id = new_job_id()
     with _redis_available():
         if queue == QUEUE_GPU and not any(QUEUE_GPU in w.get("queues", []) for w in store.live_workers()):
@@ -250,7 +280,7 @@ def create_job(
                 return earlier
         # The record exists (queued) before the message does: a worker never sees a job without a record,
         # and a poll right after the 202 never sees Celery's meaningless PENDING.
-        _create_record(store, request, job_id, body, queue, principal, idempotency_key, cost)
+        _create_record(store, request, job_id, body, queue, principal, idempotency_key, estimate_s)
     try:
         publish_job(_celery(request), job_id, queue, priority_for_kind(body.kind))
     except Exception as exc:
@@ -318,7 +348,7 @@ def get_job_events(job_id: str, request: Request, principal: PrincipalDep) -> Jo
     return JobEventList(data=events)
 
 
-@router.get("", name="list", summary="Recent jobs, newest first")
+@router.get("", name="list", summary="Recent jobs, newest first, as summaries")
 def list_jobs(
     request: Request,
     principal: PrincipalDep,
@@ -331,7 +361,8 @@ def list_jobs(
 ) -> JobList:
     """The caller's own jobs (read from its own index, no scan of other keys' jobs); every job for an admin key
     and without keys. The runs of a benchmark that fanned out are listed only with ``parent`` (404 for a job
-    the caller cannot see)."""
+    the caller cannot see). Each job is a summary, without its spec, result or artifacts, so the answer's size
+    does not grow with them: ``GET /v1/jobs/{id}`` has the whole record."""
     store = _store(request)
     if parent is not None:
         _get_or_404(store, parent, principal)

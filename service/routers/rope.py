@@ -52,27 +52,27 @@ async def position_ids(request: PositionIdsRequest, settings: SettingsDep, slots
 async def frequencies(request: FrequenciesRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
     """Per pair: ω, wavelength, rotations over the training length, whether it wraps, and the band of methods
     that have bands (YaRN's ramp, Llama 3's wavelength bands); the axis of each pair for multi-axis methods."""
-    return await slots.serve(settings, lambda: plans.plan_frequencies(request), json_answer)
+    return await slots.serve(settings, lambda: plans.plan_frequencies(request), json_answer, body=request)
 
 
 @router.post("/rope/precision", name="precision", responses=_PROBLEMS)
 async def precision(request: PrecisionRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
     """The error of rotating q and k (and of their logits) in a dtype against float64, per band of positions."""
-    return await slots.serve(settings, lambda: plans.plan_precision(request), json_answer)
+    return await slots.serve(settings, lambda: plans.plan_precision(request), json_answer, body=request)
 
 
 @router.post("/rope/compare", name="compare", responses=_PROBLEMS)
 async def compare(request: CompareRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
     """A weightless divergence probe: the first position where two setups' angles, or the logits of seeded random
     q and k, differ by more than a tolerance (null where they never do)."""
-    return await slots.serve(settings, lambda: plans.plan_compare(request), json_answer)
+    return await slots.serve(settings, lambda: plans.plan_compare(request), json_answer, body=request)
 
 
 @router.post("/rope/decode", name="decode", responses=_PROBLEMS)
 async def decode(request: DecodeRequest, settings: SettingsDep, slots: SlotsDep) -> Response:
     """Prefill, then decode step by step with a KV cache, against full recomputation: the logit error per step
     and the first step that diverges (dynamic scalings once the length passes their original length)."""
-    return await slots.serve(settings, lambda: plans.plan_decode(request), json_answer)
+    return await slots.serve(settings, lambda: plans.plan_decode(request), json_answer, body=request)
 
 
 @router.post("/rope/permutation", name="permutation", response_model=PermutationResponse, responses=_PROBLEMS)
@@ -103,4 +103,4 @@ async def serve_check(request: ServeCheckRequest, settings: SettingsDep, slots: 
     bias) or a config's layer (NoPE and Llama 4's query temperature included). Per variant: the largest logit
     error, the first wrong (sequence, query, key), and for the known-bad schedules whether this setup is
     sensitive to them; every correct schedule is exactly 0."""
-    return await slots.serve(settings, lambda: plans.plan_serve_check(request), json_answer)
+    return await slots.serve(settings, lambda: plans.plan_serve_check(request), json_answer, body=request)

@@ -381,7 +381,7 @@ async function listJobs() {
     const open = el("button", { type: "button" }, `Show ${job.id.slice(0, 8)}`);
     open.addEventListener("click", () => attempt(() => watch(job.id)));
     return el("tr", {}, el("td", {}, open), el("td", {}, job.kind), el("td", {}, job.status),
-      el("td", {}, (job.spec.methods || []).map((m) => m.label || m.method || "config").join(", ")),
+      el("td", {}, (job.methods || []).join(", ")), // a summary: the whole spec is the job's own GET
       el("td", {}, new Date(job.created_at).toLocaleString()));
   });
   $("#j-list").replaceChildren(el("caption", {}, `Recent jobs (${jobs.count})`),
@@ -419,7 +419,8 @@ async function poll() {
   const { progress } = job;
   $("#j-status").textContent = job.status;
   $("#j-stage").textContent = progress.stage || "";
-  $("#j-eta").textContent = progress.eta_s === null ? "–" : `${Math.round(progress.eta_s)} s`;
+  const estimate = job.estimate_s == null ? "" : ` (estimated ${Math.round(job.estimate_s)} s at submission)`;
+  $("#j-eta").textContent = (progress.eta_s === null ? "–" : `${Math.round(progress.eta_s)} s`) + estimate;
   $("#j-progress").max = Math.max(progress.total, 1);
   $("#j-progress").value = progress.step;
   $("#j-error").textContent = job.error || "";

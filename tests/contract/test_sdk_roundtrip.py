@@ -119,7 +119,16 @@ def test_job_records(tmp_path: Path) -> None:
     parsed = sdk.Job.model_validate_json(job.model_dump_json())
     assert unknown_fields(parsed) == []
     assert parsed.status == "succeeded"
-    listing = sdk.JobList.model_validate_json(server_jobs.JobList(data=[job], count=1).model_dump_json())
-    assert listing.data[0] == parsed
+    summary = server_jobs.JobSummary(
+        **job.model_dump(include=set(server_jobs.JobSummary.model_fields) - {"error", "parent"}),
+        error="a failure",
+        methods=["rope", "alibi"],
+        parent="abc",
+        runs=2,
+    )
+    listing = sdk.JobList.model_validate_json(server_jobs.JobList(data=[summary], count=1).model_dump_json())
+    assert unknown_fields(listing) == []
+    assert listing.data[0].model_dump(mode="json") == summary.model_dump(mode="json")
+    assert listing.data[0].progress == parsed.progress
     sent = sdk.JobCreate.model_validate(create.model_dump(mode="json"))
     assert unknown_fields(sent) == []

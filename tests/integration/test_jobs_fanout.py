@@ -119,16 +119,19 @@ def test_a_benchmark_runs_on_both_workers_sums_their_progress_assembles_the_tabl
         assert sum(e.startswith("parked") for e in store.events(parent)) == 1
         assert any(e.startswith("woken") for e in store.events(parent))
 
-        # Every fresh run measured its queue's throughput: a new job's estimate is its cost over that rate.
-        rate = store.throughput("cpu")
-        assert rate is not None
-        assert rate > 0
-        from posenc.jobspec import job_cost
+        # Every fresh run measured its speed over the defaults for its queue, family and attention path: a new
+        # job's estimate is its counts' default seconds scaled by that factor.
+        from posenc.job_estimates import estimate_seconds, job_groups, speed_key
         from posenc.schemas.jobs import JobCreate
 
+        key = speed_key("cpu", "sequence", "fused")
+        speed = store.throughput(key)
+        assert speed is not None
+        assert speed > 0
         long_body = benchmark(steps=20_000)
         queued = client.post("/v1/jobs", json=long_body).json()
-        assert queued["estimate_s"] == pytest.approx(job_cost(JobCreate.model_validate(long_body)) / rate, abs=0.1)
+        expected = estimate_seconds(job_groups(JobCreate.model_validate(long_body)), "cpu", {key: speed})
+        assert queued["estimate_s"] == pytest.approx(expected, abs=0.1)
 
         # Cancelling a benchmark cancels its queued runs at once, stops the running ones, then ends itself.
         cancelled = queued["id"]
@@ -189,7 +192,8 @@ def test_a_worker_killed_mid_run_loses_only_that_runs_progress_since_its_checkpo
         done = jobs.wait(client, parent, jobs.is_terminal, timeout=120)
         assert done["status"] == "succeeded", done
         assert survivor.process.poll() is None
-        runs = {run["id"]: run for run in children(client, parent)}
+        # the listing gives summaries: each run's whole record (its result) is its own GET
+        runs = {run["id"]: get(client, run["id"]) for run in children(client, parent)}
         resumed = runs[killed["id"]]
         assert resumed["attempts"] == 2
         assert any(e.startswith("requeued (lease expired)") for e in store.events(killed["id"]))

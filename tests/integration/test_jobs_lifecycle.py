@@ -69,6 +69,14 @@ def test_job_is_queued_runs_with_progress_and_succeeds_across_a_gateway_restart(
         listed = client.get("/v1/jobs", params={"status": "succeeded", "kind": "train"}).json()
         assert job_id in [j["id"] for j in listed["data"]]
         assert listed["count"] == len(listed["data"])
+        # a summary: its state and links, never the spec, result or artifacts (the job's own GET has those)
+        (summary,) = [j for j in listed["data"] if j["id"] == job_id]
+        assert not {"spec", "result", "artifacts"} & set(summary), summary
+        assert summary["progress"] == done["progress"]
+        assert summary["methods"] == ["rope"]
+        assert {k: summary[k] for k in ("status", "attempts", "created_at", "finished_at")} == {
+            k: done[k] for k in ("status", "attempts", "created_at", "finished_at")
+        }
         assert client.get("/v1/jobs", params={"kind": "benchmark"}).json() == {"data": [], "count": 0}
         assert client.get("/v1/jobs", params={"status": "running"}).json()["count"] == 0
 

@@ -94,7 +94,8 @@ class HealthProbe:
 @pytest.fixture
 def bounded_gateway(start_gateway: Callable[..., Any], job_env: dict[str, str]) -> Any:
     env = {key: value for key, value in job_env.items() if key != "POSENC_TORCH_THREADS"}  # the default share
-    gateway = start_gateway(env | {"POSENC_COMPILE_KERNELS": "false"})
+    # a worker's memory budget as on a machine of 16 GiB (the default is half the machine's memory)
+    gateway = start_gateway(env | {"POSENC_COMPILE_KERNELS": "false", "POSENC_WORKER_MEMORY_BYTES": str(8 << 30)})
     pid = gateway.process.pid
     limit = _status(pid)["VmSize"] * 1024 + ADDRESS_SPACE_HEADROOM
     resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
@@ -285,6 +286,182 @@ def issue_cases() -> list[Case]:
     ]
 
 
+def hidden_work_cases() -> list[Case]:
+    """Work a request's method params or tensors drive, which the route's sizes alone do not show: each method's
+    declared cost and every random spec are charged before anything is allocated."""
+    fire_wide = {"mlp_width": 4096}
+    huge_random = {"random": {"shape": [100_000_000, 4], "seed": 0}}
+    past_random = {"random": {"shape": [270_000_000, 4], "seed": 0}}
+    learned = {"method": "learned_absolute", "params": {"max_positions": 1_048_576, "init": "bert"}}
+    return [
+        Case(
+            "a learned table of 1M rows for one position",
+            "/v1/encodings",
+            {"length": 1, "dim": 64} | learned,
+            (413,),
+            "max_positions",
+        ),
+        Case(
+            "FIRE 4096 wide at 200 tokens",
+            "/v1/bias",
+            {"method": "fire", "num_heads": 1, "query_length": 200, "params": fire_wide},
+            (200, 413),
+            "mlp_width",
+            seconds=4,
+        ),
+        Case(
+            "FIRE 4096 wide at 400 tokens, every pair distinct",
+            "/v1/bias",
+            {"method": "fire", "num_heads": 16, "query_length": 400, "params": fire_wide | {"L_init": 0}},
+            (413,),
+            "mlp_width",
+        ),
+        Case(
+            "Sandwich d_bar 65536 as a Toeplitz table of 8192",
+            "/v1/bias",
+            {
+                "method": "sandwich",
+                "num_heads": 8,
+                "query_length": 8192,
+                "form": "toeplitz",
+                "params": {"d_bar": 65536},
+            },
+            (413,),
+            "d_bar",
+        ),
+        Case(
+            "serve check of FIRE 4096 wide on 64 heads",
+            "/v1/rope/serve_check",
+            {"setup": {"method": "fire", "params": fire_wide}, "length": 128, "heads": 64},
+            (413,),
+            "mlp_width",
+        ),
+        Case(
+            "serve check of FIRE 4096 wide on 4 heads at 256",
+            "/v1/rope/serve_check",
+            {"setup": {"method": "fire", "params": fire_wide}, "length": 256, "heads": 4},
+            (413,),
+            "setup.params.mlp_width",
+        ),
+        Case(
+            "a job entry with a learned table of 1M rows",
+            "/v1/jobs",
+            _job("train", methods=[learned], model={"dim": 64, "heads": 2}),
+            (413,),
+            "methods.0.params.max_positions",
+        ),
+        Case(
+            "32 job entries with large learned tables",
+            "/v1/jobs",
+            _job(
+                "benchmark",
+                methods=[
+                    {"method": "learned_absolute", "params": {"max_positions": 65536, "seed": i}} for i in range(32)
+                ],
+                model={"dim": 256, "heads": 4},
+            ),
+            (413,),
+            "max_positions",
+        ),
+        Case(
+            "a random table of 4e8 values in a setup's params",
+            "/v1/rope/frequencies",
+            {"setup": {"method": "rope_mixed", "rotary_dim": 8, "params": {"freqs": huge_random}}, "train_length": 8},
+            (413,),
+            "setup.params.freqs",
+        ),
+        Case(
+            "a random table of 1.08e9 values in a setup's params",
+            "/v1/rope/precision",
+            {"setup": {"method": "rope_mixed", "rotary_dim": 8, "params": {"freqs": past_random}}},
+            (413, 422),
+            "setup.params.freqs",
+        ),
+        Case(
+            "a random table of 4e8 values in serve check's params",
+            "/v1/rope/serve_check",
+            {"setup": {"method": "learned_absolute", "params": {"table": huge_random}}, "length": 16},
+            (413,),
+            "setup.params.table",
+        ),
+        Case(
+            "a random table of 4e8 values in a job method's params",
+            "/v1/jobs",
+            _job("train", methods=[{"method": "learned_absolute", "params": {"table": huge_random}}]),
+            (413,),
+            "methods.0.params.table",
+        ),
+        Case(
+            "a random q of 1.08e9 values",
+            "/v1/rotary",
+            {"method": "rope", "q": past_random | {"random": {"shape": [1, 1, 270_000_000, 4]}}},
+            (413, 422),
+            "q",
+        ),
+    ]
+
+
+def second_review_cases() -> list[Case]:
+    """The rest of the second review's requests: job memory and duration, padded configs, error locations."""
+    padded = LLAMA | {f"unread_{i}": "x" * 100 for i in range(20_000)}  # about 2 MB the resolver never reads
+    xpos = {"method": "xpos", "params": {"scale_center": "none", "scale_base": 0.01}, "rotary_dim": 8}
+    video = {"segments": [{"kind": "video", "grid": [4, 4, 4], "seconds_per_grid": 1e308}]}
+    gguf_without_heads = {key: value for key, value in _gguf(32).items() if key != "llama.attention.head_count"}
+    return [
+        Case(
+            "an image job at batch 4096",
+            "/v1/jobs",
+            _job("train", data={"task": "shapes"}, train={"batch_size": 4096}),
+            (413,),
+            "train.batch_size",
+        ),
+        # the default model at 2^20 tokens is over max_job_cost first (a 413 with its limit); a smaller model at
+        # 2^17 tokens, within it, is over the worker's memory (one (N, N) map alone is 64 GiB)
+        Case(
+            "probes evaluated at 2^20 tokens",
+            "/v1/jobs",
+            _job("benchmark", data={"task": "probes"}, eval={"lengths": [1_048_576]}),
+            (413,),
+        ),
+        Case(
+            "probes of a small model evaluated at 2^17 tokens",
+            "/v1/jobs",
+            _job(
+                "benchmark",
+                data={"task": "probes"},
+                eval={"lengths": [131_072], "samples": 1},
+                model={"layers": 1, "dim": 16, "heads": 1},
+                train={"steps": 1, "batch_size": 1},
+            ),
+            (413,),
+            "eval.lengths",
+        ),
+        Case("a config padded with unread keys", "/v1/models/resolve", {"config": padded}, (413, 422), "config"),
+        Case(
+            "a job entry's config padded with unread keys",
+            "/v1/jobs",
+            _job("train", methods=[{"config": padded}]),
+            (413, 422),
+            "methods.0.config",
+        ),
+        Case(
+            "compare with xPos overflowing in setup_b",
+            "/v1/rope/compare",
+            {"setup_a": {"method": "rope", "rotary_dim": 8}, "setup_b": xpos, "max_position": 100_000},
+            (422,),
+            "setup_b.params.scale_center",
+        ),
+        Case("a video of 1e308 seconds per grid", "/v1/rope/position_ids", video, (422,), "seconds_per_grid"),
+        Case(
+            "a GGUF without its head count",
+            "/v1/models/gguf",
+            {"metadata": gguf_without_heads},
+            (422,),
+            "metadata.llama.attention.head_count",
+        ),
+    ]
+
+
 def bound_cases() -> list[Case]:
     """Every route at and just past its bounds, and at the largest values its schema allows."""
     binary = "application/vnd.safetensors"
@@ -334,7 +511,14 @@ def bound_cases() -> list[Case]:
             (413,),
             "graph",
         ),
-        Case("rotary of the largest q", "/v1/rotary", {"method": "rope", "q": big_q, "k": big_q}, (413,), "q"),
+        # past the 2^30 values a random spec may draw at all: a 422 at its shape, before any budget
+        Case(
+            "rotary of the largest q",
+            "/v1/rotary",
+            {"method": "rope", "q": big_q, "k": big_q},
+            (422,),
+            "q.random.shape",
+        ),
         Case(
             "rotary at the input limit",
             "/v1/rotary",
@@ -683,4 +867,14 @@ def test_the_requests_that_took_the_gateway_down_are_bounded(bounded_gateway: An
 
 def test_every_route_at_and_past_its_bounds_is_bounded(bounded_gateway: Any) -> None:
     problems = run_cases(bounded_gateway, bound_cases())
+    assert not problems, json.dumps(problems, indent=1)
+
+
+def test_the_work_method_params_and_random_specs_drive_is_bounded(bounded_gateway: Any) -> None:
+    problems = run_cases(bounded_gateway, hidden_work_cases())
+    assert not problems, json.dumps(problems, indent=1)
+
+
+def test_the_rest_of_the_second_review_is_bounded(bounded_gateway: Any) -> None:
+    problems = run_cases(bounded_gateway, second_review_cases())
     assert not problems, json.dumps(problems, indent=1)

@@ -33,7 +33,16 @@ from posenc_client._exceptions import (
     ServiceUnavailableError,
     ValidationError,
 )
-from posenc_client._models import Artifact, ComputeJobSpec, GraphIn, Job, JobProgress, JobSpec, MethodInfo
+from posenc_client._models import (
+    Artifact,
+    ComputeJobSpec,
+    GraphIn,
+    Job,
+    JobProgress,
+    JobSpec,
+    JobSummary,
+    MethodInfo,
+)
 from posenc_client._results import AttentionResult, BiasResult, EncodingResult, RotaryResult, TensorResult
 from posenc_client._retry import RetryEvent, RetryPolicy
 from posenc_client._tensors import BFloat16BitsWarning, bfloat16_bits_to_float32
@@ -63,6 +72,7 @@ __all__ = [
     "JobFailedError",
     "JobProgress",
     "JobSpec",
+    "JobSummary",
     "JobWaitTimeoutError",
     "MethodInfo",
     "NotAcceptableError",

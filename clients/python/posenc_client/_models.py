@@ -717,7 +717,7 @@ class Job(BaseModel):
     error: Annotated[str | None, Field(title="Error")] = None
     estimate_s: Annotated[float | None, Field(title="Estimate S")] = None
     """
-    seconds this job should take on one worker of its queue, estimated when it was submitted: its cost in multiply-adds over the throughput measured on this deployment's recent jobs (a default until one has run). Several workers share a benchmark's runs
+    seconds this job should take on one worker of its queue (started_at to finished_at), estimated when it was submitted: per process and per run set-up, training steps, tokens, evaluation sizes and multiply-adds, each at its default cost, scaled by how fast this deployment's workers ran their recent runs of the same task family and attention path. Several workers share a benchmark's runs
     """
     finished_at: Annotated[AwareDatetime | None, Field(title="Finished At")] = None
     id: Annotated[str, Field(title="Id")]
@@ -802,7 +802,7 @@ class JobList(BaseModel):
         extra="allow",
     )
     count: Annotated[int, Field(title="Count")]
-    data: Annotated[list[Job], Field(title="Data")]
+    data: Annotated[list[JobSummary], Field(title="Data")]
 
 
 class JobProgress(BaseModel):
@@ -842,6 +842,50 @@ class JobSpec(BaseModel):
     benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
     """
     train: TrainSpec | None = None
+
+
+class JobSummary(BaseModel):
+    """
+    One job in a listing: what it is, its state and its links, without its spec, result or artifacts (the
+    whole record is ``GET /v1/jobs/{id}``). Its size does not depend on the spec or the result.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    attempts: Annotated[int, Field(title="Attempts")] = 0
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    error: Annotated[str | None, Field(title="Error")] = None
+    """
+    the error's first 500 characters; the job's record has it whole
+    """
+    estimate_s: Annotated[float | None, Field(title="Estimate S")] = None
+    """
+    the job's estimate_s, as in its record
+    """
+    finished_at: Annotated[AwareDatetime | None, Field(title="Finished At")] = None
+    id: Annotated[str, Field(title="Id")]
+    kind: Annotated[Literal["train", "extrapolate", "benchmark", "compute"], Field(title="Kind")]
+    methods: Annotated[list[str] | None, Field(title="Methods")] = None
+    """
+    the names of the spec's method entries (their label, else the method, the config preset, or 'config'); a run of a benchmark: its own; empty for a compute job; null for a job whose record predates this field
+    """
+    parent: Annotated[str | None, Field(title="Parent")] = None
+    """
+    a run of a benchmark that fanned out: the benchmark's job id
+    """
+    progress: JobProgress | None = None
+    queue: Annotated[str, Field(title="Queue")] = "cpu"
+    runs: Annotated[int, Field(title="Runs")] = 0
+    """
+    a benchmark that fanned out: how many runs it has (GET /v1/jobs?parent={id} lists them); its progress is theirs summed
+    """
+    started_at: Annotated[AwareDatetime | None, Field(title="Started At")] = None
+    status: Annotated[
+        Literal["queued", "running", "succeeded", "failed", "cancelled", "expired"],
+        Field(title="Status"),
+    ]
+    updated_at: Annotated[AwareDatetime | None, Field(title="Updated At")] = None
 
 
 class KeyLength(RootModel[int]):
@@ -1535,9 +1579,9 @@ class SegmentIn(BaseModel):
     """
     text: its tokens
     """
-    seconds_per_grid: Annotated[float, Field(gt=0.0, title="Seconds Per Grid")] = 1.0
+    seconds_per_grid: Annotated[float, Field(gt=0.0, le=3600.0, title="Seconds Per Grid")] = 1.0
     """
-    video: seconds per temporal grid step
+    video: seconds per temporal grid step (at most an hour); the ids it makes must stay below 2^26
     """
 
 

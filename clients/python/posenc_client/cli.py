@@ -19,7 +19,7 @@ from posenc_client._client import Client
 from posenc_client._constants import DEFAULT_MAX_RETRIES
 from posenc_client._exceptions import APIConnectionError, APIStatusError, JobError
 from posenc_client._gguf import is_gguf, read_gguf
-from posenc_client._models import Job, MethodInfo
+from posenc_client._models import Job, JobSummary, MethodInfo
 from posenc_client._version import __version__
 
 EXIT_API_ERROR = 1
@@ -481,7 +481,7 @@ def _jobs_list(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         _print_json([job.model_dump(mode="json") for job in jobs])
     else:
-        _print_table(["id", "kind", "status", "progress", "created"], [_job_row(job) for job in jobs])
+        _print_table(["id", "kind", "status", "methods", "progress", "created"], [_job_row(job) for job in jobs])
     return 0
 
 
@@ -501,7 +501,17 @@ def _jobs_events(client: Client, args: argparse.Namespace) -> int:
 
 
 def _jobs_wait(client: Client, args: argparse.Namespace) -> int:
-    _show_job(_wait(client, args.job_id, args), as_json=args.json)
+    """The job once it ends; before waiting (on stderr) and after, its estimate at submission and its time."""
+    estimate = client.jobs.get(args.job_id).estimate_s
+    if estimate is not None:
+        print(f"estimated {estimate:g} s on one worker (the server's estimate at submission)", file=sys.stderr)
+    job = _wait(client, args.job_id, args)
+    _show_job(job, as_json=args.json)
+    if not args.json and job.estimate_s is not None:
+        took = ""
+        if job.started_at is not None and job.finished_at is not None:
+            took = f"; took {(job.finished_at - job.started_at).total_seconds():.1f} s from start to finish"
+        print(f"estimate  {job.estimate_s:g} s{took}")
     return 0
 
 
@@ -543,11 +553,12 @@ def _show_job(job: Job, *, as_json: bool) -> None:
         _print_table(columns, [[_cell(row.get(column)) for column in columns] for row in table])
 
 
-def _job_row(job: Job) -> list[str]:
-    return [job.id, job.kind, job.status, _progress(job), job.created_at.isoformat(timespec="seconds")]
+def _job_row(job: JobSummary) -> list[str]:
+    methods = ", ".join(job.methods or [])
+    return [job.id, job.kind, job.status, methods, _progress(job), job.created_at.isoformat(timespec="seconds")]
 
 
-def _progress(job: Job) -> str:
+def _progress(job: Job | JobSummary) -> str:
     progress = job.progress
     if progress is None or not progress.total:
         return ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.jobspec import DEFAULT_THROUGHPUT, estimate_seconds, job_cost
+from posenc.jobspec import job_cost
 from posenc.schemas.jobs import JobCreate, JobSpec
 from posenc.tasks.suites import SUITES
 from posenc.training.fanout import plan, run_spec
@@ -42,9 +42,3 @@ def test_the_runs_costs_add_up_to_the_jobs(raw: dict[str, object]) -> None:
     ]
     assert sum(parts) == job_cost(JobCreate(kind="benchmark", spec=whole))
     assert all(part > 0 for part in parts)
-
-
-def test_a_duration_estimate_uses_the_measured_rate_else_the_default() -> None:
-    assert estimate_seconds(8 * 10**9, "cpu", None) == pytest.approx(8e9 / DEFAULT_THROUGHPUT["cpu"])
-    assert estimate_seconds(10**10, "cpu", 2e9) == 5.0
-    assert estimate_seconds(10**10, "gpu", 0.0) == pytest.approx(1e10 / DEFAULT_THROUGHPUT["gpu"], abs=0.1)

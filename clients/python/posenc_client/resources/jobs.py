@@ -19,7 +19,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from posenc_client._constants import DEFAULT_POLL_INTERVAL_S, IDEMPOTENCY_HEADER
-from posenc_client._models import Job, JobEvent, JobEventList, JobList
+from posenc_client._models import Job, JobEvent, JobEventList, JobList, JobSummary
 from posenc_client._retry import parse_retry_after
 from posenc_client._transport import HTTPRequest, HTTPResponse
 from posenc_client._waiting import JobWatcher, ProgressCallback
@@ -102,8 +102,9 @@ class Jobs(SyncResource):
     def get(self, job_id: str) -> Job:
         return _job(self._client._request(_get_request(job_id)))
 
-    def list(self, *, status: JobStatus | None = None, kind: JobKind | None = None) -> list[Job]:
-        """Recent jobs, newest first, optionally of one status and/or kind."""
+    def list(self, *, status: JobStatus | None = None, kind: JobKind | None = None) -> list[JobSummary]:
+        """Recent jobs, newest first, optionally of one status and/or kind: summaries, without spec, result or
+        artifacts (``get(job_id)`` has the whole record)."""
         response = self._client._request(_list_request(status, kind))
         return JobList.model_validate_json(response.content).data
 
@@ -188,7 +189,8 @@ class AsyncJobs(AsyncResource):
     async def get(self, job_id: str) -> Job:
         return _job(await self._client._request(_get_request(job_id)))
 
-    async def list(self, *, status: JobStatus | None = None, kind: JobKind | None = None) -> list[Job]:
+    async def list(self, *, status: JobStatus | None = None, kind: JobKind | None = None) -> list[JobSummary]:
+        """Recent jobs as summaries, as :meth:`Jobs.list`."""
         response = await self._client._request(_list_request(status, kind))
         return JobList.model_validate_json(response.content).data
 

@@ -1,0 +1,105 @@
+"""A job's ``estimate_s`` against its measured time (``finished_at - started_at`` of its record), with a real Redis,
+a real worker and a live gateway: once the worker has measured one run of a task family, every estimate of a
+small spread of jobs of it (train, extrapolate, a benchmark that fans out, the README quickstart) is within
+[0.5x, 2x] of what the job took. And the gateway refuses, naming the field, a job over the memory budget."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TINY = {"layers": 1, "dim": 32, "heads": 2}
+COPY = {"task": "copy", "size": 6}
+
+
+def body(kind: str, methods: list[str], **spec: Any) -> dict[str, Any]:
+    return {"kind": kind, "spec": {"methods": [{"method": m} for m in methods], "device": "cpu", **spec}}
+
+
+WARM_UP = [  # one run of each (family, attention path) the spread uses: the worker folds its speed in
+    body("train", ["rope"], data=COPY, model=TINY, train={"steps": 30, "batch_size": 8}),
+    body(
+        "train",
+        ["rope"],
+        data={"corpus": "corpus.txt"},
+        model=TINY,
+        train={"length": 32, "steps": 20, "batch_size": 4},
+        eval={"max_tokens": 2048},
+    ),
+]
+SPREAD = {
+    "train copy": body("train", ["alibi"], data=COPY, model=TINY, train={"steps": 120, "batch_size": 16}),
+    "benchmark 2 methods x 2 seeds": body(
+        "benchmark",
+        ["rope", "alibi"],
+        data=COPY,
+        model=TINY,
+        train={"steps": 20, "batch_size": 8},
+        eval={"sizes": [3, 6, 12], "samples": 20},
+        seeds=[0, 1],
+    ),
+    "extrapolate text": body(
+        "extrapolate",
+        ["rope"],
+        data={"corpus": "corpus.txt"},
+        model=TINY,
+        train={"length": 32, "steps": 40, "batch_size": 8},
+        eval={"lengths": [32, 64, 128], "max_tokens": 4096},
+    ),
+    "README quickstart": {
+        "kind": "train",
+        "spec": {
+            "methods": [{"method": "rope"}],
+            "data": {"task": "copy", "size": 8},
+            "model": {"layers": 2, "dim": 32, "heads": 2},
+            "train": {"steps": 200, "batch_size": 16},
+        },
+    },
+}
+
+
+def took(job: dict[str, Any]) -> float:
+    started, finished = (datetime.fromisoformat(job[key]) for key in ("started_at", "finished_at"))
+    return (finished - started).total_seconds()
+
+
+def test_estimates_are_within_half_and_twice_the_measured_time(
+    start_gateway: Any, start_worker: Any, corpus: Path, jobs: Any
+) -> None:
+    gateway = start_gateway()
+    start_worker()
+    with gateway.client() as client:
+
+        def run(job: dict[str, Any]) -> dict[str, Any]:
+            created = client.post("/v1/jobs", json=job)
+            assert created.status_code == 202, created.text
+            assert created.json()["estimate_s"] > 0
+            done: dict[str, Any] = jobs.wait(client, created.json()["id"], jobs.is_terminal, timeout=120)
+            assert done["status"] == "succeeded", done
+            return done
+
+        for job in WARM_UP:
+            run(job)
+        ratios = {}
+        for name, job in SPREAD.items():
+            done = run(job)
+            ratios[name] = (done["estimate_s"], took(done), done["estimate_s"] / took(done))
+        assert all(0.5 <= ratio <= 2.0 for _, _, ratio in ratios.values()), ratios
+
+
+def test_a_job_over_the_memory_budget_is_a_413_naming_the_batch(start_gateway: Any, job_env: dict[str, str]) -> None:
+    gateway = start_gateway(env={**job_env, "POSENC_WORKER_MEMORY_BYTES": str(1024**3)})
+    with gateway.client() as client:
+        answer = client.post("/v1/jobs", json=body("train", ["rope"], data={"task": "shapes"},
+                                                   train={"batch_size": 1024}))  # fmt: skip
+        assert answer.status_code == 413, answer.text
+        problem = answer.json()
+        assert problem["errors"][0]["loc"] == ["body", "spec", "train", "batch_size"]
+        assert problem["limit"] == 1024**3
+        assert problem["size"] > 1024**3
+        assert "POSENC_WORKER_MEMORY_BYTES" in problem["detail"]
