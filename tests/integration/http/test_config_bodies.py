@@ -80,17 +80,19 @@ def test_characters_are_bounded_too(client: TestClient, wire: Any) -> None:
 
 def test_a_config_padded_to_16_mb_is_refused_about_as_fast_as_its_json_is_read(client: TestClient, wire: Any) -> None:
     """The refusal costs the gateway about what decoding the body costs: the same body refused by the schema (an
-    unknown field next to the config) is the yardstick. Reading every unread key (as before the limit) took
-    4-5 times as long as that."""
+    unknown field next to the config) is the yardstick, measured in the same run. Reading every unread key (as
+    before the limit) took 4-5 times as long as that."""
     head = json.dumps({"config": LLAMA}).encode()[:-2]  # the preset's keys, the config's object left open
     keys = b"".join(b', "unread_key_%08d": [%d, "abcdefgh", 1.5]' % (index, index) for index in range(320_000))
     bodies = {"schema": head + keys + b'}, "unknown": 1}', "config": head + keys + b"}}"}
     assert len(bodies["config"]) > 15_000_000
     seconds: dict[str, float] = {}
-    for name, raw in bodies.items():
-        start = time.perf_counter()
+    for name, raw in [*bodies.items(), *bodies.items()]:
+        # CPU time of this process (the app runs in the test client's thread): other tests' processes on a loaded
+        # machine do not count, and the better of two tries leaves out a collection that lands in one of them
+        start = time.process_time()
         response = client.post("/v1/models/resolve", content=raw, headers={"Content-Type": "application/json"})
-        seconds[name] = time.perf_counter() - start
+        seconds[name] = min(seconds.get(name, float("inf")), time.process_time() - start)
         wire.problem(response, 422)
         if name == "config":
             assert wire.locs(response.json()) == [["body", "config"]]
