@@ -1,11 +1,12 @@
-"""Issue 20's evaluation tables, through the job API of a running service (``make run`` or ``posenc serve``).
+"""The evaluation tables of the docs' measured results, through the job API of a running service (``make run``
+or ``posenc serve``).
 
 Each table is one benchmark job (3 seeds unless ``--seeds``), submitted with the SDK and waited for; the script
 prints its wall time (the job's created_at to finished_at), the job id, the plot artifacts, the runs that did
 not learn their training sizes, and per method and size the headline metric's mean +- std over seeds.
 
     rsc     repeat-single-char copy (NoPE paper rsc): nope, alibi, rope, sinusoidal; size 10, 2 layers, d=128,
-            4 heads, 2,000 steps of 64 (evaluation.md section 2.4's tiny CPU setup)
+            4 heads, 2,000 steps of 64 (the NoPE paper's tasks at a tiny CPU scale)
     cmc     multi-char copy (NoPE paper cmc): the same methods and setup
     fox     FoX (its training default) on multi-char copy, the same setup: does it fit in distribution?
     probes  the tiny RULER-style probes passkey, multi_key and common_words (the control) at 64 tokens, d=64,

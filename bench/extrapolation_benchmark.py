@@ -1,11 +1,11 @@
-"""The issue's LM-X benchmark through ``run_job`` in process, checked against the published shape.
+"""The LM-X text benchmark through ``run_job`` in process, checked against the published shape.
 
 tinyshakespeare, 2 layers, d=128, 4 heads, train length 128, 1000 steps, batch 32, lr 2e-3; sinusoidal, rope,
-alibi; nonoverlapping evaluation at 128, 256, 512, 1024; seed 0 (evaluation.md §1.4). Prints the table, the
+alibi; nonoverlapping evaluation at 128, 256, 512, 1024; seed 0. Prints the table, the
 wall time and the plot path, then the three checks:
     sinusoidal ppl(2L) >= 2 ppl(L);  rope ppl(8L) > alibi ppl(8L);  alibi ppl(8L) within 10% of ppl(L).
 
-    .venv/bin/python bench/extrapolation_benchmark.py [--data-dir ../shared/data] [--out DIR] [--threads 2]
+    .venv/bin/python bench/extrapolation_benchmark.py [--data-dir DIR] [--out DIR] [--threads 2]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ run of the script; ``--repeats`` repeats the pair (the second worker is stopped 
     wall   finished_at - created_at of the benchmark's job (submission to the end of its last attempt)
     runs   the sum of the runs' own training seconds (the same work either way)
 
-and the ratio of the two walls (two workers / one). Nothing is asserted; issue 20 item 7 asks for at most 0.6.
+and the ratio of the two walls (two workers / one). Nothing is asserted; the target is at most 0.6.
 On a machine whose cores are busy with other work the ratio says less: the load average is printed with it.
 From the repository root:
 

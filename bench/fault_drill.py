@@ -18,7 +18,7 @@ requeued because their worker was lost, "kill to next claim": seconds from the k
 its next claim (median and max; the requeue itself comes within the recovery bound of ``workers.recovery``, the
 claim after it depends on the job's place in the queue).
 
-The job is the issue's: ``train``, ``alibi``, copy task of size 16, 1 layer, dim 32, 2 heads, 60 steps,
+The job is a small one: ``train``, ``alibi``, copy task of size 16, 1 layer, dim 32, 2 heads, 60 steps,
 batch 8 (one to two seconds of work). Nothing is asserted: the script prints numbers. From the repository root:
 
     .venv/bin/python bench/fault_drill.py --jobs 300 --kill-every 10 --duration 600

@@ -1,4 +1,4 @@
-"""One command for a CUDA machine (issue 24): does posenc work there, and how far is it from the hardware?
+"""One command for a CUDA machine: does posenc work there, and how far is it from the hardware?
 
 Parts (``--parts``, default all, in this order; each has a time budget so that the whole run stays under 8
 minutes on a GPU, and its elapsed time is printed):
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 PART_NAMES = ("tests", "jobs", "flex", "rotary", "bias", "train", "vit")
-TOTAL_BUDGET_S = 470.0  # the issue's 8 minutes, less the start-up and the table
+TOTAL_BUDGET_S = 470.0  # the 8-minute target, less the start-up and the table
 NO_CUDA = "no CUDA device: torch.cuda.is_available() is False; run with --device cpu to exercise the script on the CPU"
 
 

@@ -894,7 +894,7 @@ PARTS: dict[str, Callable[[Check], list[Row]]] = {
     "train": part_train,
     "vit": part_vit,
 }
-# Seconds each part may take on a GPU; they add up to the 8 minutes less start-up. Measured on an H100
+# Seconds each part may take on a GPU; they add up to the 8-minute target less start-up. Measured on an H100
 # (2026-11-26, torch 2.11): tests 39 s, jobs 115 s with the benchmark unfinished (each FlexAttention method's
 # first job run compiles for about 50 s), flex 58 s, rotary 2 s, bias 0 s, train 20 s alone, vit 6 s.
 BUDGETS_S: dict[str, float] = {

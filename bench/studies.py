@@ -1,4 +1,5 @@
-"""Issue 21's studies, through the job API of a running service (``make run`` or ``posenc serve``).
+"""The three studies of the docs' measured results (layer patterns, context extension, real configs), through
+the job API of a running service (``make run`` or ``posenc serve``).
 
 Each study is one or more benchmark jobs (3 seeds unless ``--seeds``), submitted with the SDK and waited for;
 the script prints each job's wall time (created_at to finished_at), its id, the runs that did not learn their

@@ -128,7 +128,7 @@ def attention_statistics(
     query_offset: int = 0,
     grid_coordinates: torch.Tensor | None = None,
 ) -> AttentionStatistics:
-    """Per-head entropy, mean attention distance and attention mass by distance (evaluation.md §6.1-6.3).
+    """Per-head entropy, mean attention distance and attention mass by distance.
 
     Averages run over batch and queries, leaving out rows in ``fully_masked`` (B, H, Nq); a head without
     a single valid row gets zeros. Distances are |(i + query_offset) − j| between query and key indices (token

@@ -1,6 +1,9 @@
-"""The README's methods, tasks and settings tables, generated from the method registry, the task families and
-the Settings model: ``python -m posenc.catalogue`` prints them, ``python -m posenc.catalogue --write README.md``
-puts them in place. A test compares them with README.md, so none can drift.
+"""The documentation's generated tables: the methods (from the method registry), the tasks (from the task
+families) and the settings (from the Settings model), each on the docs page its section belongs to.
+
+``python -m posenc.catalogue`` prints them; ``python -m posenc.catalogue --write`` puts each in place between its
+markers on its page (under the repository root, or the root given after ``--write``). A test compares every page
+with the code, so no table can drift.
 """
 
 from __future__ import annotations
@@ -71,24 +74,40 @@ def settings_table() -> str:
     return "\n".join(lines)
 
 
+# Which docs page holds which table (paths relative to the repository root).
+PAGES: dict[tuple[str, str], str] = {
+    METHODS_MARKERS: "docs/methods/index.md",
+    TASKS_MARKERS: "docs/jobs.md",
+    SETTINGS_MARKERS: "docs/deployment.md",
+}
+
+
 def blocks() -> dict[tuple[str, str], str]:
-    """Each README block (between its markers) and what it must contain."""
+    """Each generated block (by its markers) and what it must contain."""
     return {METHODS_MARKERS: methods_table(), TASKS_MARKERS: tasks_table(), SETTINGS_MARKERS: settings_table()}
 
 
-def update_readme(path: Path) -> None:
-    """Replace each block between its markers in ``path`` with the generated table."""
-    text = path.read_text()
-    for (begin, end), table in blocks().items():
+def update_pages(root: Path) -> list[Path]:
+    """Replace each block between its markers on its page under ``root`` with the generated table; the pages
+    written. A page that lost its markers is an error rather than a silent no-op."""
+    written = []
+    for markers, table in blocks().items():
+        begin, end = markers
+        path = root / PAGES[markers]
+        text = path.read_text()
+        if begin not in text or end not in text:
+            raise ValueError(f"{path} has no {begin} ... {end} block")
         head, _, rest = text.partition(begin)
         _, _, tail = rest.partition(end)
-        text = f"{head}{begin}\n{table}\n{end}{tail}"
-    path.write_text(text)
+        path.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
+        written.append(path)
+    return written
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
-        update_readme(Path(sys.argv[2] if len(sys.argv) > 2 else "README.md"))
+        for page in update_pages(Path(sys.argv[2] if len(sys.argv) > 2 else ".")):
+            print(f"wrote {page}")
     else:
         for (begin, end), table in blocks().items():
             print(f"{begin}\n{table}\n{end}\n")

@@ -1,12 +1,12 @@
-"""The ``posenc`` command.
+"""The posenc command: run the positional-encoding service on this machine.
 
-``posenc serve``   the whole service on this machine. With no ``POSENC_REDIS_URL`` it starts a private
-                   redis-server (append-only, in ``<state-dir>/redis``), a supervised Celery worker and the
-                   gateway, and stops all three on Ctrl-C or SIGTERM. With ``POSENC_REDIS_URL`` set (docker
-                   compose) it runs the gateway only.
-``posenc worker``  a Celery worker against ``POSENC_REDIS_URL`` (what ``serve`` and the containers run).
+posenc serve    the whole service. With no POSENC_REDIS_URL it starts a private redis-server (append-only, in
+                <state-dir>/redis), a supervised Celery worker and the gateway, and stops all three on Ctrl-C or
+                SIGTERM. With POSENC_REDIS_URL set (docker compose) it runs the gateway only.
+posenc worker   a Celery worker against POSENC_REDIS_URL (what serve and the containers run).
 
-Settings travel to the children as ``POSENC_*`` environment variables, the same way a container gets them.
+Settings travel to the children as POSENC_* environment variables, the same way a container gets them. The
+help texts are plain text (no markup): they are what a user reads in a terminal.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ WORKER_APP = "workers.app"  # the Celery app, by name
 
 
 class _Stop(BaseException):
-    """Raised by our SIGINT/SIGTERM handler so that ``serve`` unwinds through its cleanup."""
+    """Raised by our SIGINT/SIGTERM handler so that serve unwinds through its cleanup."""
 
 
 def _raise_stop(signum: int, _frame: FrameType | None) -> None:
@@ -36,22 +36,37 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="posenc", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="posenc",
+        description="Run the positional-encoding service on this machine: the gateway with its worker and Redis "
+        "(serve), or a worker alone (worker).",
+        epilog="Settings are POSENC_* environment variables (POSENC_REDIS_URL, POSENC_STATE_DIR, POSENC_PORT, ...); "
+        "the README's settings table lists them all.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="gateway (+ embedded Redis and a worker when no Redis URL is set)")
+    serve = commands.add_parser(
+        "serve",
+        help="gateway (+ embedded Redis and a worker when no Redis URL is set)",
+        description="Start the gateway. With no POSENC_REDIS_URL, also a private redis-server and a supervised "
+        "worker; Ctrl-C or SIGTERM stops all of them.",
+    )
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or POSENC_HOST)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8000, or POSENC_PORT)")
     serve.add_argument("--state-dir", type=Path, default=None, help="Redis data, artifacts and logs")
     serve.add_argument("--workers", type=int, default=1, help="gateway (uvicorn) processes")
     serve.add_argument("--concurrency", type=int, default=None, help="jobs the embedded worker runs at once")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", default="info", help="gateway log level (default info)")
 
-    worker = commands.add_parser("worker", help="a Celery worker that runs jobs (needs POSENC_REDIS_URL)")
+    worker = commands.add_parser(
+        "worker",
+        help="a Celery worker that runs jobs (needs POSENC_REDIS_URL)",
+        description="Start a Celery worker that takes jobs from the Redis at POSENC_REDIS_URL.",
+    )
     worker.add_argument("--queues", default="cpu", help="comma-separated: cpu, gpu")
     worker.add_argument("--concurrency", type=int, default=None, help="jobs at once (default 1)")
     worker.add_argument("--hostname", default=None, help="Celery node name (default posenc-<queues>-<pid>@%%h)")
-    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
     return parser
 
 
@@ -146,7 +161,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve_problem(args: argparse.Namespace, settings: Settings, state_dir: Path) -> str | None:
-    """Why ``serve`` cannot start with these arguments and settings, in one line, or None.
+    """Why serve cannot start with these arguments and settings, in one line, or None.
 
     The state directory must not be something else; with the embedded Redis (its data and the logs go there) it
     is created and a file is written in it."""
@@ -169,7 +184,7 @@ def _serve_problem(args: argparse.Namespace, settings: Settings, state_dir: Path
 def _run_gateway(settings: Settings, workers: int, log_level: str) -> int:
     """uvicorn: in this process for one gateway process; for several, its process manager as our child.
 
-    In process, ``--workers N`` makes the gateway processes our children with nothing to stop them when we die
+    In process, --workers N makes the gateway processes our children with nothing to stop them when we die
     by SIGKILL (they kept the port and answered with a dead Redis). As our child with a parent-death SIGTERM,
     uvicorn's manager stops them, and itself, when we die; our own stop (Ctrl-C, SIGTERM) ends it the same way.
     """

@@ -9,8 +9,9 @@ sizes, units, fields and which methods it takes) is its task family's (``posenc.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from posenc.compute import check_job_budget, prepare_job
 from posenc.compute.cost import Budgets, Meter
@@ -167,3 +168,26 @@ def _job_work(create: JobCreate, per_token: Callable[[JobSpec, Family, int], int
     tuning = (backward * tuned_spec.train.steps * tuned_spec.train.batch_size * tuned_length
               * per_token(tuned_spec, tuned_family, tuned_length)) if tuned_runs else 0  # fmt: skip
     return len(spec.seeds) * (training + len(study) * evaluation + tuned_runs * tuning)
+
+
+def run_own_spec(spec: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec a run of a fanned-out benchmark reports as its own (``GET /v1/jobs/{id}`` of a child job): the
+    benchmark's spec narrowed to that run, so a reader sees its method and seed rather than every run's.
+
+    ``run`` is the child's run record (``index``, ``seed``, and for a suite's run its ``position``). The spec is
+    the suite task's (a suite's run) with ``methods`` the run's one entry and ``seeds`` its one seed; a study's
+    run is one of its arms (the base model, a rule, fine-tuned or not: ``posenc.extension.arms``), shown as that
+    arm's method with the params the study fills in, labelled with the arm's name, the study's ``extension``
+    kept. The worker still runs from the benchmark's whole spec, which its record keeps."""
+    whole = JobSpec.model_validate(spec)
+    position = run.get("position")
+    part = whole if position is None else suite_specs(whole)[int(position)]
+    index, seed = int(run["index"]), int(run["seed"])
+    if part.extension is not None:
+        arm = arms(part)[index]
+        entry = arm.ref.model_copy(update={"label": arm.label})
+    else:
+        entry = part.methods[index]
+    narrowed = part.model_copy(update={"methods": [entry], "seeds": [seed], "suite": None})
+    own: dict[str, Any] = narrowed.model_dump(mode="json")
+    return own

@@ -1,6 +1,6 @@
 """The browser page at ``/``: three views (Methods, Configs, Jobs) over the public API.
 
-The page is static files (HTML, one JavaScript module, CSS and the vendored Apache ECharts under
+The page is static files (HTML, plain JavaScript modules, CSS and the vendored Apache ECharts under
 ``static/vendor/``), served by the gateway itself so it works offline. It holds no secret and reaches no route
 of its own: every request it makes goes to ``/v1`` with the user's ``X-API-Key``, through the same key check and
 rate limit as any other client. Neither ``/`` nor the assets are in the OpenAPI document.

@@ -320,6 +320,7 @@ def plan_serve_check(request: ServeCheckRequest) -> Plan[dict[str, Any]]:
         request.documents,
         request.sinks,
         request.window,
+        request.requests,
     )
     entries, tokens, calls, pool = schedules.counts()
     heads, dim = layer.heads, layer.dim
@@ -329,14 +330,23 @@ def plan_serve_check(request: ServeCheckRequest) -> Plan[dict[str, Any]]:
         + heads * tokens * dim * WORK_PER_SERVE_ENCODED
     )
     blocks = 12 * LOGIT_ELEMENTS  # one block's logits for the reference and each variant, masks and errors
-    variants = 3 * len(schedules.chunk_sizes) + 12
+    variants = 4 * len(schedules.chunk_sizes) + 16
+    rows = max(len(schedules.batch_lengths), len(schedules.requests))  # each variant's errors per row or request
     cost = Cost(
-        json_elements=20 * variants + 40,
+        json_elements=(20 + rows) * variants + 40,
         work=work,
         # the seeded pool (and its draws), the packed variants' encoded streams: 14 (H, N, d) at most
         workspace_bytes=8 * (14 * heads * pool * dim + blocks),
         fields=fields(
-            "length", "chunk_sizes", "prefill", "batch_lengths", "documents", "window", "heads", "setup.rotary_dim"
+            "length",
+            "chunk_sizes",
+            "prefill",
+            "batch_lengths",
+            "documents",
+            "window",
+            "requests",
+            "heads",
+            "setup.rotary_dim",
         ),
     )
     if layer.applier is not None:  # the method's own work on every call of its hooks, on a pass of average size

@@ -1,4 +1,4 @@
-"""Absolute encodings: a table P added to the token embeddings, X' = X + P (methods.md A1-A4, A6, A8).
+"""Absolute encodings: a table P added to the token embeddings, X' = X + P.
 
 Methods: ``sinusoidal`` (paper and tensor2tensor layouts), ``nope``, ``learned_absolute`` (GPT-2/BERT),
 ``axial`` (Reformer), ``sinusoidal_2d`` (MAE), ``sinusoidal_3d`` (separable time, height, width).
@@ -122,8 +122,8 @@ def sinusoidal(params: SinusoidalParams, ctx: AbsoluteContext) -> torch.Tensor:
     """Sinusoidal PE: PE[p, 2k] = sin(p·ω_k), PE[p, 2k+1] = cos(p·ω_k), ω_k = base^(−2k/D) (Vaswani 2017).
 
     ``variant='tensor2tensor'`` is the t2t/fairseq table: [sin(p·ω'), cos(p·ω')] as two halves with
-    ω'_k = exp(−k·ln(base)/(D/2 − 1)). It is not the paper's table (methods.md A1 pitfalls); pick one and
-    keep it. Odd D: one zero column is appended after the D − 1 computed ones.
+    ω'_k = exp(−k·ln(base)/(D/2 − 1)). It is not the paper's table (the two are easily
+    mixed up); pick one and keep it. Odd D: one zero column is appended after the D − 1 computed ones.
     """
     length = _length(ctx, "sinusoidal")
     dtype = compute_dtype(ctx.dtype)

@@ -75,7 +75,7 @@ def alibi(params: AlibiParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Bi
         if target > params.train_length:
             slopes = slopes * (params.train_length / target)
     # Built in float32 (float64 for references) and cast once: bf16 holds integers exactly only up to 256,
-    # so casting the distances themselves to bf16 would merge neighbouring keys (methods.md §6, T18).
+    # so casting the distances themselves to bf16 would merge neighbouring keys.
     # Positions are far below 2^24, so they and their differences are exact in float32.
     work = compute_dtype(ctx.dtype)
     j_minus_i = k_pos.to(work)[None, :] - q_pos.to(work)[:, None]  # (Nq, Nk) = −(i − j); +0.0 on the diagonal

@@ -3,8 +3,8 @@
 Encoding for Length Extrapolation", https://arxiv.org/abs/2405.14722).
 
 Methods: ``cape`` (kind ``score_mod``). The formula follows ``chuanyang-Zheng/DAPE:DAPE.py`` (``AliBi_DAPE``:
-``mlp2 = Linear(2H, width) → LeakyReLU → Linear(width, H)`` on concat(scores, bias), ``x + a + mlp2(...)``),
-methods.md B8. The base bias is any registered bias method (ALiBi, KERPLE and FIRE in the paper), looked up
+``mlp2 = Linear(2H, width) → LeakyReLU → Linear(width, H)`` on concat(scores, bias), ``x + a + mlp2(...)``).
+The base bias is any registered bias method (ALiBi, KERPLE and FIRE in the paper), looked up
 in the registry; the convolutional "DAPE V2" variant is not implemented.
 """
 

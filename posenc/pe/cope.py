@@ -5,7 +5,7 @@ https://arxiv.org/abs/2405.18719).
 Methods: ``cope`` (kind ``score_mod``, causal only). The formula follows the authors' code
 ``facebookresearch/RAM:projects/cope/src/cope/context_position.py:ContextPosSelfAttn`` (gates from the attention
 logits, flip-cumsum-flip, clamp, floor/ceil interpolation of q·e[p], the --cope-nodiv flag) and the copy in
-``chuanyang-Zheng/DAPE:megatron/model/positional_embeddings.py:CoPE`` (npos_max = 64), methods.md C6.
+``chuanyang-Zheng/DAPE:megatron/model/positional_embeddings.py:CoPE`` (npos_max = 64).
 """
 
 from __future__ import annotations

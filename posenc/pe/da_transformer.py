@@ -2,8 +2,8 @@
 (Wu, Wu, Huang, NAACL 2021, "DA-Transformer: Distance-aware Transformer", https://arxiv.org/abs/2010.06925).
 
 Methods: ``da_transformer`` (kind ``attention``: row normalisation replaces the softmax). No public code was
-found (methods.md C2 and §8); the formula follows the paper as summarised in methods.md C2. The initial values
-of w and v and the causal use are not given there and are marked [unverified].
+found; the formula follows the paper. The initial values of w and v and the causal use are not given
+there and are marked [unverified].
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (Li et al., ICLR 2024, "Functional Interpolation for Relative Positions Improves Long Context Transformers").
 
 Methods: ``fire``. There is no official code; the formula follows the paper-appendix code as copied in
-``mcleish7/arithmetic`` and ``chuanyang-Zheng/DAPE`` (methods.md B7). The normaliser depends on the query
+``mcleish7/arithmetic`` and ``chuanyang-Zheng/DAPE``. The normaliser depends on the query
 position, so the bias is Toeplitz only while i <= L and the dense form is the only one offered.
 """
 

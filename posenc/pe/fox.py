@@ -5,8 +5,8 @@ https://arxiv.org/abs/2503.02130).
 Methods: ``fox`` (kind ``score_mod``, causal only). The formula, the gate types and the init follow
 ``zhixuan-lin/forgetting-transformer``: ``src/forgetting_transformer/model/forgetting_transformer/
 modeling_forgetting_transformer.py`` (``ForgettingAttentionLayer``: ``fgate_proj``, ``fgate_type``,
-``fgate_bias_init``, ``_initialize_weights``) and the reference of ``ops/forgetting_attention.py``
-(methods.md B9). Only the decay bias is PE; "FoX (Pro)"'s QK-norm, output gate and shifts are not here.
+``fgate_bias_init``, ``_initialize_weights``) and the reference of ``ops/forgetting_attention.py``.
+Only the decay bias is PE; "FoX (Pro)"'s QK-norm, output gate and shifts are not here.
 
 The params' defaults are the authors' (b_f = 0). Training jobs default to the decay-time init with times 4..64
 instead (``TRAINING_DEFAULTS``, posenc's choice, registered as the method's ``training_defaults``); a job that
@@ -36,7 +36,7 @@ FOX_PAPER = (
 INIT_STD = 0.02  # initializer_range: N(0, 0.02) for fgate_proj.weight, its bias zeros
 # posenc's training default, not the paper's: the authors' b_f = 0 gives σ(0) = 0.5 on every head, ln 2 of logit per
 # token of distance, and a tiny model then fails to fit copy in distribution; decay times 4..64 let it fit
-# (evaluation.md §11a trains FoX with them). The authors' init is one param away: fgate_bias_init=false.
+# (measured on the copy task). The authors' init is one param away: fgate_bias_init=false.
 TRAINING_DEFAULTS: dict[str, Any] = {"fgate_bias_init": True, "decay_time_min": 4.0, "decay_time_max": 64.0}
 TRAINING_NOTE = (
     "fgate_bias_init with decay times 4..64: posenc's training default (the authors' init: fgate_bias_init=false)"

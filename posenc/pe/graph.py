@@ -1,4 +1,4 @@
-"""Graph encodings: positions are node ids of ``ctx.graph`` (methods.md A7, B11, §7b).
+"""Graph encodings: positions are node ids of ``ctx.graph``.
 
 Methods: ``graphormer`` (bias: a learned scalar per head and shortest-path distance, Ying et al., NeurIPS 2021),
 ``graphormer_centrality`` (absolute: learned in- and out-degree embeddings, same paper) and ``laplacian_pe``
@@ -332,7 +332,7 @@ def graphormer_cost(params: GraphormerParams, extent: Extent) -> ParamCost:
 )
 def graphormer(params: GraphormerParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
     """Graphormer spatial encoding: B[h, i, j] = b[SPD(v_i, v_j) + 1, h], b (num_spatial, H) learned
-    (Ying et al., NeurIPS 2021, eq. 6; methods.md B11).
+    (Ying et al., NeurIPS 2021, eq. 6).
 
     Positions are node ids of ctx.graph. SPD is the shortest-path distance in hops (Graphormer runs
     Floyd–Warshall; BFS gives the same distances). Far pairs, SPD >= spatial_pos_max or unreachable, are −inf
@@ -435,7 +435,7 @@ def centrality_cost(params: GraphormerCentralityParams, extent: Extent) -> Param
 )
 def graphormer_centrality(params: GraphormerCentralityParams, ctx: AbsoluteContext) -> torch.Tensor:
     """Graphormer centrality encoding: h_i = z⁻[deg⁻(v_i) + 1] + z⁺[deg⁺(v_i) + 1], z± (num_degree, D) learned
-    (Ying et al., NeurIPS 2021, eq. 5; methods.md B11), added to the node features.
+    (Ying et al., NeurIPS 2021, eq. 5), added to the node features.
 
     Returns the (num_nodes, D) table with ctx.grid = (num_nodes,); degrees past the table are clipped.
     """
@@ -654,7 +654,7 @@ def laplacian_cost(params: LaplacianParams, extent: Extent) -> ParamCost:
 )
 def laplacian_pe(params: LaplacianParams, ctx: AbsoluteContext) -> torch.Tensor:
     """Laplacian eigenvector PE: the eigenvectors of L = I − D^−1/2 A D^−1/2, eigenvalues ascending
-    (Dwivedi et al., benchmarking-gnns; Tab-PET, Leng et al., AAAI 2026; methods.md A7).
+    (Dwivedi et al., benchmarking-gnns; Tab-PET, Leng et al., AAAI 2026).
 
     gnn: PE = eigvecs[:, 1 : k + 1] over the nodes of ctx.graph, k = dim, zero-padded when num_nodes <= k;
     output (num_nodes, k). tabpet: the nodes are the features of ``data`` and A = max(|W|, |W|ᵀ) with W their

@@ -7,8 +7,8 @@ Hugging Face BERT implements it (``position_embedding_type="relative_key_query"`
 method 4): ``huggingface/transformers:src/transformers/models/bert/modeling_bert.py:BertSelfAttention.forward``
 in transformers 4.57.6, the last release that has it. It is checked against that code through the golden file
 ``tests/data/huang_hf_golden.safetensors`` (``tests/data/generate_huang_golden.py``). ``variant="m1"`` is method 1,
-the trilinear product, as methods.md C1 paraphrases it: the paper text was not reachable, so it is
-[unverified]. Methods 2 and 3 are not offered: their formulas could not be confirmed.
+the trilinear product, as secondary summaries of the paper give it: the paper text was not reachable, so
+it is [unverified]. Methods 2 and 3 are not offered: their formulas could not be confirmed.
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def huang_cost(params: HuangParams, extent: Extent) -> ParamCost:
     conventions={
         "variants": "m4: checked against HF BERT 4.57.6 BertSelfAttention(position_embedding_type="
         "'relative_key_query') (the HF docs cite it as the paper's method 4), attention probabilities equal to "
-        "1e-12 in float64 (tests/data/huang_hf_golden.safetensors); m1: the trilinear product as methods.md C1 "
-        "paraphrases the paper, [unverified] (the paper text was not reachable); m2 and m3: not offered, their "
+        "1e-12 in float64 (tests/data/huang_hf_golden.safetensors); m1: the trilinear product as secondary "
+        "summaries give it, [unverified] (the paper text was not reachable); m2 and m3: not offered, their "
         "formulas could not be confirmed",
         "distance": "i − j (query minus key, HF's position_ids_l − position_ids_r) from q_pos and k_pos",
         "table": "(2·max_position − 1, head_dim), row (i − j) + max_position − 1, shared by the heads, one per "

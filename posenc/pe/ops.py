@@ -28,7 +28,7 @@ def rope_inv_freq(base: float, dim: int, *, dtype: torch.dtype = torch.float32) 
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a bias or table is built in before its one final cast to ``dtype`` (methods.md §6).
+    """The dtype a bias or table is built in before its one final cast to ``dtype``.
 
     float64 stays float64 (references, goldens); float32, bfloat16 and float16 are built in float32, so a
     low-precision result is the float32 one rounded once, never an accumulation of bf16 roundings.
@@ -122,7 +122,7 @@ def _rotate_pairs_differentiable(
 
 
 def half_to_interleaved_permutation(dim: int) -> torch.Tensor:
-    """perm = [0, 2, 4, …, d−2, 1, 3, …, d−1]: half_split(x[perm]) == interleaved(x)[perm] (methods.md D1)."""
+    """perm = [0, 2, 4, …, d−2, 1, 3, …, d−1]: half_split(x[perm]) == interleaved(x)[perm]."""
     return torch.cat((torch.arange(0, dim, 2), torch.arange(1, dim, 2)))
 
 

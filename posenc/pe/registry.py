@@ -117,6 +117,12 @@ class MethodSpec:
     # from the rope dict beyond ``config_keys`` (``given(key)``: the dict's value or None), e.g. M-RoPE's layout.
     config_extends: tuple[str, str] | None = None
     config_values: Callable[[Callable[[str], Any]], dict[str, Any]] | None = None
+    # A method that extends any 1D rotary method's rope dict by the same key, taking that method and its params
+    # under this param (M-RoPE: ``scaling``, so a YaRN dict with mrope_section turns YaRN's table by the sections).
+    config_composes: str | None = None
+    # Rotary methods whose length dependence depends on their params (M-RoPE over a dynamic table): raw params ->
+    # whether the frequencies change with the length; ``depends_on_length`` reads it with ``length_dependent``.
+    length_dependence: Callable[[Mapping[str, Any]], bool] | None = None
     # Diffusers transformer classes (a config's ``_class_name``) whose blocks this method rotates.
     config_classes: tuple[str, ...] = ()
     # What the config doctor says of the layers a config resolves to this method: (params, attention_scale) ->
@@ -125,6 +131,10 @@ class MethodSpec:
     # Rotary methods: the pairings the method can rotate in, its own first (what a request that names none gets).
     # Block rotations (R(p) = expm(Σ p_a G_a) on b adjacent features) have one layout and refuse the other.
     pairings: tuple[str, ...] = ("half", "interleaved")
+
+    def depends_on_length(self, raw_params: Mapping[str, Any]) -> bool:
+        """Whether this method with ``raw_params`` changes its frequencies with the sequence length."""
+        return self.length_dependent or (self.length_dependence is not None and self.length_dependence(raw_params))
 
     def training_params(self, raw_params: dict[str, Any] | None) -> dict[str, Any]:
         """The raw params a training model builds this method with: the job's own, plus ``training_defaults`` for
@@ -232,6 +242,8 @@ def register(
     pairings: tuple[str, ...] = ("half", "interleaved"),
     config_extends: tuple[str, str] | None = None,
     config_values: Callable[[Callable[[str], Any]], dict[str, Any]] | None = None,
+    config_composes: str | None = None,
+    length_dependence: Callable[[Mapping[str, Any]], bool] | None = None,
     config_classes: tuple[str, ...] = (),
     config_warning: Callable[[Mapping[str, Any], float], tuple[str, str, dict[str, Any]] | None] | None = None,
 ) -> Callable[[F], F]:
@@ -258,7 +270,9 @@ def register(
             raise ValueError(f"{name}: config spelling {clash!r} already names {taken[clash]!r}")
         if not pairings or set(pairings) - {"half", "interleaved"}:
             raise ValueError(f"{name}: pairings are some of 'half' and 'interleaved', got {pairings}")
-        if (length_dependent or bands is not None) and kind is not Kind.ROTARY:
+        if config_composes is not None and (config_extends is None or config_composes not in params.model_fields):
+            raise ValueError(f"{name}: config_composes names a param of a method that extends a rope dict")
+        if (length_dependent or bands is not None or length_dependence is not None) and kind is not Kind.ROTARY:
             raise ValueError(f"{name}: length_dependent and bands describe rotary frequencies")
         if not (inspect.getdoc(fn) or "").strip():
             raise ValueError(f"{name}: a registered method needs a docstring with its formula and paper")
@@ -305,6 +319,8 @@ def register(
             pairings=tuple(pairings),
             config_extends=config_extends,
             config_values=config_values,
+            config_composes=config_composes,
+            length_dependence=length_dependence,
             config_classes=tuple(config_classes),
             config_warning=config_warning,
         )

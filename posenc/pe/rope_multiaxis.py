@@ -7,7 +7,10 @@ Methods and the sources their formulas are read from:
   Resolution" (2024, https://arxiv.org/abs/2409.12191), also Qwen2.5-VL (Bai et al., 2025,
   https://arxiv.org/abs/2502.13923); the ``interleaved`` layout is Qwen3-VL's (``mrope_interleaved``). The pair
   assignment is read from Hugging Face transformers 5.23 ``Qwen2_5_VLRotaryEmbedding.recomposition_frequencies``
-  (chunked) and ``Qwen3VLTextRotaryEmbedding.recomposition_frequencies`` (interleaved).
+  (chunked) and ``Qwen3VLTextRotaryEmbedding.recomposition_frequencies`` (interleaved). Its ``scaling`` param
+  composes it with any 1D rotary method's table (one composition, not a method per scaling): the same classes'
+  ``forward`` multiply the (3, B, N) positions by the scaled inv_freq of the config's rope type (linear, dynamic,
+  YaRN, LongRoPE) and its attention scaling before recomposing by the sections.
 - ``rope_nd``: the per-axis RoPE of diffusion transformers, as diffusers 0.42.1 builds it for FLUX.1
   (``FluxPosEmbed``: one ``get_1d_rotary_pos_embed`` table per axis, concatenated) and Wan 2.1
   (``WanRotaryPosEmbed``), with the optional RIFLEx temporal frequency of Zhao et al., "RIFLEx: A Free Lunch for
@@ -23,15 +26,16 @@ each pair turns by; the shared apply rotates with the request's pairing, half (k
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from posenc.errors import InvalidInput
 from posenc.pe.ops import rope_inv_freq
-from posenc.pe.registry import MethodParams, register
+from posenc.pe.registry import MethodParams, MethodSpec, UnknownMethodError, get_method, register
 from posenc.pe.types import RotaryContext, RotaryFrequencies
 from posenc.schemas.methods import Kind
 
@@ -57,6 +61,37 @@ def _as_frequencies(inv_freq: torch.Tensor, pair_axis: torch.Tensor, ctx: Rotary
 
 
 # ------------------------------------------------------------------------------------------------ M-RoPE
+class MropeScaling(MethodParams):
+    method: str = Field(
+        description="a registered 1D rotary method whose table the sections turn (rope_linear, rope_dynamic_ntk, "
+        "rope_yarn, rope_longrope, ...): its frequencies, their length dependence and its attention scale"
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="that method's params, validated by its own schema; θ is M-RoPE's base, not given here",
+    )
+
+    @model_validator(mode="after")
+    def _a_1d_rotary_method(self) -> MropeScaling:
+        try:
+            spec = get_method(self.method)
+        except UnknownMethodError as exc:
+            raise ValueError(str(exc)) from None
+        if (
+            spec.kind is not Kind.ROTARY
+            or spec.axes != 1
+            or spec.learned
+            or "base" not in spec.params_model.model_fields
+        ):
+            raise ValueError(
+                f"{self.method!r} is not a 1D rotary method with a base θ (a table of one frequency per pair that "
+                "the sections can turn by t, h or w)"
+            )
+        if "base" in self.params:
+            raise ValueError("θ is M-RoPE's own base: give it there, not in the scaling params")
+        return self
+
+
 class MropeParams(MethodParams):
     base: float = Field(
         default=10000.0, gt=1, description="θ in ω_k = θ^(−2k/d) (Qwen2-VL, Qwen2.5-VL: 1e6; Qwen3-VL: 5e6)"
@@ -71,10 +106,46 @@ class MropeParams(MethodParams):
         description="chunked (Qwen2-VL, Qwen2.5-VL): the first section[0] pairs turn by t, the next section[1] by "
         "h, the rest by w; interleaved (Qwen3-VL mrope_interleaved): pairs cycle t, h, w (see the conventions)",
     )
+    truncated_sections: bool = Field(
+        default=False,
+        description="interleaved only: accept sections the interleaved rule does not place one for one (their "
+        "sum need not be rotary_dim/2) and turn the pairs as Qwen3-VL's code does: h on pairs k ≡ 1 (mod 3) "
+        "below 3·s_h, w on k ≡ 2 (mod 3) below 3·s_w, cut at the last pair, every other pair t",
+    )
+    scaling: MropeScaling | None = Field(
+        default=None,
+        description="the 1D table the sections turn: a scaled RoPE method and its params (Qwen2.5-VL or "
+        "Qwen3-VL with rope_type yarn, dynamic, linear, longrope); none: plain RoPE ω_k = θ^(−2k/d)",
+    )
+
+    @model_validator(mode="after")
+    def _scaling_params(self) -> MropeParams:
+        if self.truncated_sections and self.layout != "interleaved":
+            raise ValueError(
+                "truncated_sections applies to the interleaved layout only (chunked sections split "
+                "the pairs and must sum to rotary_dim/2)"
+            )
+        if self.scaling is not None:
+            _scaled_params(self.scaling, self.base)  # the scaling method's own schema, with θ = base
+        return self
 
 
-def mrope_pair_axis(section: tuple[int, int, int], layout: Literal["chunked", "interleaved"]) -> torch.Tensor:
-    """The axis each pair turns by: (sum(section),) int64.
+def _scaled_params(scaling: MropeScaling, base: float) -> MethodParams:
+    """The scaling method's params parsed by its own schema with θ = M-RoPE's base; a bad one is a ValueError
+    naming the param (pydantic reports it at ``scaling``)."""
+    try:
+        return get_method(scaling.method).parse_params({**scaling.params, "base": base})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "params"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{scaling.method} param {where}: {message}") from None
+
+
+def mrope_pair_axis(
+    section: tuple[int, int, int], layout: Literal["chunked", "interleaved"], pairs: int | None = None
+) -> torch.Tensor:
+    """The axis each of ``pairs`` pairs (default sum(section)) turns by: (pairs,) int64.
 
     chunked:     [t]·s_t + [h]·s_h + [w]·s_w.
     interleaved: pair k turns by h if k ≡ 1 (mod 3) and k < 3·s_h, by w if k ≡ 2 (mod 3) and k < 3·s_w, else by t
@@ -82,13 +153,54 @@ def mrope_pair_axis(section: tuple[int, int, int], layout: Literal["chunked", "i
     """
     if layout == "chunked":
         return _blocks(section)
-    k = torch.arange(sum(section), dtype=torch.int64)  # (d/2,) pair index
+    k = torch.arange(sum(section) if pairs is None else pairs, dtype=torch.int64)  # (d/2,) pair index
     on_h = (k % 3 == 1) & (k < 3 * section[H_AXIS])
     on_w = (k % 3 == 2) & (k < 3 * section[W_AXIS])
     axis = torch.full_like(k, T_AXIS)
     axis[on_h] = H_AXIS
     axis[on_w] = W_AXIS
     return axis
+
+
+def _table(params: MropeParams, ctx: RotaryContext) -> tuple[torch.Tensor, float]:
+    """The 1D table the sections turn, (inv_freq (d/2,) float64, attention scale): plain RoPE, or the scaling
+    method's frequencies at this context (its length dependence with them) and its attention scale."""
+    if params.scaling is None:
+        return rope_inv_freq(params.base, ctx.rotary_dim, dtype=torch.float64), 1.0
+    spec = get_method(params.scaling.method)
+    inner = spec.fn(_scaled_params(params.scaling, params.base), replace(ctx, dtype=torch.float64))
+    one_angle = isinstance(inner, RotaryFrequencies) and inner.pair_axis is None
+    if not one_angle or inner.xpos_zeta is not None or inner.fourier_cos is not None:
+        raise InvalidInput(
+            ("params", "scaling", "method"),
+            f"{spec.name} does not give one frequency per pair turned by the position alone (a block rotation, "
+            "xPos decay or Fourier series), so the sections cannot turn its pairs",
+        )
+    return inner.inv_freq.to(torch.float64), float(inner.attention_scale)
+
+
+def _scaling_spec(params: MropeParams | Mapping[str, Any]) -> tuple[MethodSpec, dict[str, Any]] | None:
+    """The scaling method of M-RoPE params (parsed, or raw as a resolved layer holds them) and its raw params with
+    θ, or None without one."""
+    parsed = params if isinstance(params, MropeParams) else MropeParams.model_validate(dict(params))
+    if parsed.scaling is None:
+        return None
+    return get_method(parsed.scaling.method), {**parsed.scaling.params, "base": parsed.base}
+
+
+def mrope_config_warning(params: Mapping[str, Any], attention_scale: float) -> tuple[str, str, dict[str, Any]] | None:
+    """What the config doctor says of the scaling method's table (YaRN's static scaling of short prompts)."""
+    found = _scaling_spec(params)
+    if found is None:
+        return None
+    spec, inner = found
+    return None if spec.config_warning is None else spec.config_warning(inner, attention_scale)
+
+
+def mrope_length_dependent(params: Mapping[str, Any]) -> bool:
+    """Whether the scaling method's frequencies change with the sequence length (dynamic NTK, LongRoPE)."""
+    found = _scaling_spec(params)
+    return found is not None and found[0].length_dependent
 
 
 def mrope_config_values(given: Callable[[str], Any]) -> dict[str, Any]:
@@ -102,8 +214,11 @@ def mrope_config_values(given: Callable[[str], Any]) -> dict[str, Any]:
     kind=Kind.ROTARY,
     params=MropeParams,
     config_extends=("rope", "mrope_section"),
+    config_composes="scaling",
     config_keys=("mrope_section",),
     config_values=mrope_config_values,
+    config_warning=mrope_config_warning,
+    length_dependence=mrope_length_dependent,
     paper="Wang et al. Qwen2-VL: Enhancing Vision-Language Model's Perception of the World at Any Resolution "
     "(2024). https://arxiv.org/abs/2409.12191; Qwen3-VL's interleaved layout from Hugging Face transformers "
     "Qwen3VLTextRotaryEmbedding",
@@ -112,40 +227,47 @@ def mrope_config_values(given: Callable[[str], Any]) -> dict[str, Any]:
         "positions": "(N, 3) int (t, h, w) as the model's get_rope_index builds them: text tokens t = h = w = "
         "running index (then M-RoPE is 1D RoPE); vision tokens offset + (frame time, row, col) "
         "(posenc.real_models.mrope_positions builds them from text/image/video segments)",
-        "frequencies": "one RoPE table ω_k = θ^(−2k/d) over the whole rotary dim; the section only picks which "
-        "coordinate turns each pair (a pair's frequency does not depend on its axis)",
+        "frequencies": "one 1D table over the whole rotary dim: RoPE ω_k = θ^(−2k/d), or the scaling method's "
+        "ω_k (at the request's length, for a length-dependent one) with its attention scale on cos and sin, as "
+        "Qwen2.5-VL's and Qwen3-VL's rotary embeddings multiply the (3, B, N) positions by the scaled inv_freq; "
+        "the section only picks which coordinate turns each pair (a pair's frequency does not depend on its axis)",
         "layout": "chunked: pairs [0, s_t) by t, [s_t, s_t + s_h) by h, the rest by w (Qwen2/2.5-VL); interleaved: "
         "pair k by h if k ≡ 1 (mod 3) and k < 3·s_h, by w if k ≡ 2 (mod 3) and k < 3·s_w, else by t "
-        "(Qwen3-VL); a section that the interleaved rule cannot place (3·s_h > d/2 + 1 or 3·s_w > d/2) is "
-        "refused",
+        "(Qwen3-VL); a section that the interleaved rule does not place one for one (3·s_h > d/2 + 1, "
+        "3·s_w > d/2, or a sum other than d/2) is refused unless truncated_sections, which turns the pairs as "
+        "Qwen3-VL's code does (its slices cut at the last pair)",
     },
 )
 def mrope(params: MropeParams, ctx: RotaryContext) -> RotaryFrequencies:
-    """M-RoPE: pair k of the token at (t, h, w) turns by p_{a(k)}·ω_k, ω_k = θ^(−2k/d), k ∈ [0, d/2), a(k) ∈ {t, h, w}
-    given by mrope_section and the layout.
+    """M-RoPE: pair k of the token at (t, h, w) turns by p_{a(k)}·ω_k, k ∈ [0, d/2), a(k) ∈ {t, h, w} given by
+    mrope_section and the layout, ω_k = θ^(−2k/d) or the scaling method's ω_k (its attention scale on cos, sin).
 
     ⟨R(p)q, R(p')k⟩ depends on p' − p only (per axis), and at t = h = w = n every pair turns by n·ω_k: text
-    tokens get exactly the 1D RoPE rotation.
+    tokens get exactly the 1D rotation of the table (RoPE, or the scaled method).
     """
     pairs = ctx.rotary_dim // 2
     section = params.mrope_section
-    if sum(section) != pairs:
-        raise InvalidInput(
-            ("params", "mrope_section"),
-            f"the (t, h, w) sections {list(section)} share the rotated pairs, so they must sum to rotary_dim/2 = "
-            f"{pairs}, got {sum(section)}",
-        )
-    pair_axis = mrope_pair_axis(section, params.layout)  # (d/2,)
-    placed = torch.bincount(pair_axis, minlength=AXES).tolist()  # (3,) pairs per axis
-    if placed != list(section):
-        raise InvalidInput(
-            ("params", "mrope_section"),
-            f"the interleaved layout turns pairs k ≡ 1 (mod 3) below 3·{section[H_AXIS]} by h and k ≡ 2 (mod 3) "
-            f"below 3·{section[W_AXIS]} by w; with {pairs} pairs that gives (t, h, w) = {placed} pairs, not "
-            f"{list(section)}",
-        )
-    inv_freq = rope_inv_freq(params.base, ctx.rotary_dim, dtype=torch.float64)  # (d/2,)
-    return _as_frequencies(inv_freq, pair_axis, ctx)
+    if params.truncated_sections:
+        pair_axis = mrope_pair_axis(section, params.layout, pairs)  # (d/2,) Qwen3-VL's slices, cut at d/2
+    else:
+        if sum(section) != pairs:
+            raise InvalidInput(
+                ("params", "mrope_section"),
+                f"the (t, h, w) sections {list(section)} share the rotated pairs, so they must sum to rotary_dim/2 "
+                f"= {pairs}, got {sum(section)}"
+                + (" (truncated_sections runs them as Qwen3-VL's code does)" if params.layout == "interleaved" else ""),
+            )
+        pair_axis = mrope_pair_axis(section, params.layout)  # (d/2,)
+        placed = torch.bincount(pair_axis, minlength=AXES).tolist()  # (3,) pairs per axis
+        if placed != list(section):
+            raise InvalidInput(
+                ("params", "mrope_section"),
+                f"the interleaved layout turns pairs k ≡ 1 (mod 3) below 3·{section[H_AXIS]} by h and k ≡ 2 "
+                f"(mod 3) below 3·{section[W_AXIS]} by w; with {pairs} pairs that gives (t, h, w) = {placed} "
+                f"pairs, not {list(section)} (truncated_sections runs them as Qwen3-VL's code does)",
+            )
+    inv_freq, scale = _table(params, ctx)  # (d/2,) float64
+    return replace(_as_frequencies(inv_freq, pair_axis, ctx), attention_scale=scale)
 
 
 # ------------------------------------------------------------------------------------- per-axis (diffusers)

@@ -1,5 +1,5 @@
 """Learned rotary encodings for images: rotations R(p) = expm(Σ_a u_a·G_a) of feature blocks, with learned
-skew-symmetric generators G_a per position axis (methods.md D9-D11, §7b).
+skew-symmetric generators G_a per position axis.
 
 Methods: ``rope_mixed`` (Heo et al., ECCV 2024: learned per-head 2D frequencies, 2x2 blocks), ``liere``
 (Ostmeier et al., 2024: learned dense b x b blocks, in general non-commuting), ``comrope`` (Yu et al., 2025:

@@ -1,8 +1,8 @@
 """Sandwich family: the position-position cross term of sinusoidal PE as a parameter-free bias
 (Chi, Fan, Rudnicky, Ramadge, ACL 2023).
 
-Methods: ``sandwich``. Two public ports differ in where the frequency index starts (methods.md B6,
-[unverified] against the authors' code): k_start = 0 is attention-gym's form, the default; k_start = 1 is
+Methods: ``sandwich``. Two public ports differ in where the frequency index starts ([unverified]
+against the authors' code): k_start = 0 is attention-gym's form, the default; k_start = 1 is
 NeMo's, which also subtracts d̄/2. Both apply the per-head compression H/(8(h+1)).
 """
 

@@ -5,7 +5,7 @@ https://arxiv.org/abs/1803.02155).
 Methods: ``shaw`` (kind ``score_mod``, bidirectional or causal). The index, the two tables shared by the heads
 and the two-term efficient form follow ``tensorflow/tensor2tensor:tensor2tensor/layers/common_attention.py``
 (``_generate_relative_positions_matrix``, ``_generate_relative_positions_embeddings``,
-``_relative_attention_inner``, ``dot_product_attention_relative``), methods.md C3. The value table goes back
+``_relative_attention_inner``, ``dot_product_attention_relative``). The value table goes back
 to the applier as ``ScoreTerms.value_table``: out_i = Σ_j α_ij (v_j + a^V_ij).
 """
 

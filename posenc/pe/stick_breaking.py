@@ -4,7 +4,7 @@ In-depth Study", https://arxiv.org/abs/2410.17980).
 
 Methods: ``stick_breaking`` (kind ``attention``: it replaces the softmax). The formula follows the authors'
 PyTorch reference ``shawntan/stickbreaking-attention:stickbreaking_attention/sb_ref.py:stickbreaking`` and the
-reference forward of its tests (methods.md C7): log-space weights, masked keys neither attended nor breaking
+reference forward of its tests: log-space weights, masked keys neither attended nor breaking
 the stick, and the mass no key takes given to the query's own value.
 """
 

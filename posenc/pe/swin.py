@@ -1,5 +1,5 @@
 """Swin / BEiT 2D relative position bias: one learned scalar per head and 2D offset inside a window
-(Liu et al., ICCV 2021; Bao et al., ICLR 2022; methods.md B10 and §7b).
+(Liu et al., ICCV 2021; Bao et al., ICLR 2022).
 
 Methods: ``swin`` (kind ``bias``, axes 2, learned). B[h, a, b] = T[idx(a, b), h] with (dy, dx) = query minus key
 on each axis, shifted into [0, 2W − 2], idx = dy·(2Ww − 1) + dx. ``beit_cls`` adds BEiT's three CLS rows at the

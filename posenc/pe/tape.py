@@ -1,14 +1,13 @@
 """TAPE: contextualised equivariant positional encoding, a position state carried through the layers
 (Zhu, Wang, Cai, Lee, Li, Wang, "Rethinking Addressing in Language Models via Contextualized Equivariant
-Positional Encoding", https://arxiv.org/abs/2501.00712; ICML 2025 per the official README, methods.md D13
-says ICLR 2025).
+Positional Encoding", https://arxiv.org/abs/2501.00712; ICML 2025 per the official README; some
+summaries say ICLR 2025).
 
 Methods: ``tape`` (kind ``score_mod``, model-coupled, causal only). Every formula, the shapes and the init
 follow the official code ``VITA-Group/TAPE``: ``models/llama/adape.py`` (``AdaRotaryEmbedding`` for the
 first state, ``apply_rotary_pos_emb`` and ``PELlamaAttention`` for the attention and A·E,
 ``LlamaDecoderLayer.forward`` for ``post_attention_linear`` (ρ), ``PELayer`` for the feed-forward update,
-``LlamaPreTrainedModel._init_weights`` for the init) and ``config/adape.json`` (position_size 48, SiLU)
-(methods.md D13).
+``LlamaPreTrainedModel._init_weights`` for the init) and ``config/adape.json`` (position_size 48, SiLU).
 
 The state E = (C, S), each (B, H, N, d), enters layer 0 as RoPE's cos/sin, so layer 0 is RoPE. Each layer
 rotates q and k with it, q' = q⊙C + rotate_half(q)⊙S; the attention weights A then mix it over the tokens,

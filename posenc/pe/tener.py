@@ -4,8 +4,8 @@ https://arxiv.org/abs/1911.04474).
 
 Methods: ``tener`` (kind ``score_mod``, bidirectional or causal). ``variant="paper"`` is the paper's
 equation; ``variant="code"`` reproduces ``fastnlp/TENER:modules/relative_transformer.py``
-(``RelativeSinusoidalPositionalEmbedding``, ``RelativeMultiHeadAttn``, commit d2614d5), checked by running it
-(methods.md C5): the t2t frequencies, R_{j−t} in the query and v terms (``_shift``), and an extra key term
+(``RelativeSinusoidalPositionalEmbedding``, ``RelativeMultiHeadAttn``, commit d2614d5), checked by running it:
+the t2t frequencies, R_{j−t} in the query and v terms (``_shift``), and an extra key term
 K_j·R_{t−j} (``_transpose_shift``).
 """
 

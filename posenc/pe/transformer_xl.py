@@ -5,7 +5,7 @@ Fixed-Length Context", https://arxiv.org/abs/1901.02860).
 Methods: ``transformer_xl`` (kind ``score_mod``, causal only). The formula, the sinusoid layout, the
 rel_shift and the init follow ``kimiyoung/transformer-xl:pytorch/mem_transformer.py``
 (``PositionalEmbedding``, ``RelPartialLearnableMultiHeadAttn``, ``RelMultiHeadAttn._rel_shift``) and
-``pytorch/train.py`` (``init_std`` = 0.02), methods.md C4.
+``pytorch/train.py`` (``init_std`` = 0.02).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ViT's learned 2D grid of position embeddings, resized to the requested grid (methods.md A5, 7b).
+"""ViT's learned 2D grid of position embeddings, resized to the requested grid.
 
 Methods: ``vit_learned`` (kind ``absolute``, axes 2). The learned table is stored as checkpoints store it,
 (prefix_tokens + Hs·Ws, D): the prefix rows (CLS, distillation, registers) first, then the grid rows in
@@ -82,7 +82,7 @@ def resize_grid(grid_table: torch.Tensor, new_grid: tuple[int, int], kernel: Ker
     Interpolates in float32 (float64 for a float64 table) and returns the input's dtype; differentiable.
     The same grid returns ``grid_table`` itself (exact identity, as timm). The input is laid out as timm lays
     it, (1, D, Hs, Ws) with channels-last strides: torch's antialiased bicubic on a contiguous input ignores
-    the rows when the output is one column wide (methods.md 7b). A one-channel input is also contiguous, so
+    the rows when the output is one column wide. A one-channel input is also contiguous, so
     it is doubled to two identical channels for the call.
     """
     if grid_table.dim() != 3:

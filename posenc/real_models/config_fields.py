@@ -139,6 +139,12 @@ class TextFields(BaseModel):
     compress_rate_hca: Length | None = None
     compress_rope_theta: Theta | None = None
 
+    @field_validator("sliding_window", mode="before")
+    @classmethod
+    def _zero_window_is_none(cls, value: Any) -> Any:
+        # a window of 0 is no window (Qwen2-MoE's class sets 0 when use_sliding_window is false)
+        return None if value == 0 and not isinstance(value, bool) else value
+
     @field_validator("attn_temperature_tuning", mode="before")
     @classmethod
     def _on_or_off(cls, value: Any) -> Any:

@@ -35,7 +35,7 @@ class EngineNote:
     layers: list[int]  # the layers it concerns (empty: the whole config)
     huggingface: str  # what Hugging Face computes for this config
     elsewhere: str  # what a cited thread shows another engine did or does
-    sources: list[str]  # the public threads, issue or pull request addresses
+    sources: list[str]  # the public threads' addresses
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,10 +60,9 @@ def _cos_sin_scale(text: Mapping[str, Any], layers: Sequence[LayerRope]) -> Engi
         scaled,
         f"cos and sin are multiplied by {first.attention_scale:.9g} ({source}; the logits by its square); the "
         "softmax scale is separate.",
-        "mlx-lm computed YaRN's factor from the formula and ignored an explicit attention_factor until its pull "
-        "request 1507 (2026-07); llama.cpp adjusts its YaRN attention factor by architecture and generalised the "
-        "adjustment in pull request 17945 (2025-12); llama.cpp's issue 7118 shows DeepSeek-V2's mscale ratio "
-        "against llama.cpp's 1 + 0.1 ln s.",
+        "mlx-lm computed YaRN's factor from the formula and ignored an explicit attention_factor until a fix of "
+        "2026-07; llama.cpp adjusts its YaRN attention factor by architecture and generalised the adjustment in "
+        "2025-12; a llama.cpp bug report shows DeepSeek-V2's mscale ratio against llama.cpp's 1 + 0.1 ln s.",
         [
             "https://github.com/ml-explore/mlx-lm/pull/1507",
             "https://github.com/ggml-org/llama.cpp/pull/17945",
@@ -156,9 +155,9 @@ def _sliding_rotation(text: Mapping[str, Any], layers: Sequence[LayerRope]) -> E
         [layer.layer for layer in sliding],
         f"sliding-window layers rotate with {a.method} {a.params}, full-attention layers with {b.method} "
         f"{b.params}: two rotations in one model.",
-        "llama.cpp rotated Gemma 3's sliding layers with the global scale (issue 14367; a port's analysis of "
-        "llama.cpp's per-layer scale in ferrox issue 39), vLLM regressed Gemma 3's sliding layers to the scaled "
-        "rotation and fixed it in pull request 29111, and candle hard-coded the local base (issue 2891).",
+        "llama.cpp rotated Gemma 3's sliding layers with the global scale, vLLM regressed Gemma 3's sliding layers "
+        "to the scaled rotation and then fixed it, and candle hard-coded the local base (the sources: each "
+        "project's public thread).",
         [
             "https://github.com/ggml-org/llama.cpp/issues/14367",
             "https://github.com/vllm-project/vllm/pull/29111",

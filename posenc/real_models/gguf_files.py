@@ -7,10 +7,14 @@ the llama3 per-pair factors as a tensor, not as metadata); what travels, and wha
 ``{"metadata": {key: value}, "tensors": {rope tensor: [values]}}``, bounded by ``check_metadata``.
 
 - ``config_from_gguf(metadata, tensors)``: the keys llama.cpp's ``convert_hf_to_gguf.py`` writes, mapped back to
-  the Hugging Face fields (``GGUF_KEYS``: one table of every spelling); the llama3 factors back to
+  the Hugging Face fields (``GGUF_KEYS``: one table of every spelling) as llama.cpp's loader reads them: its
+  defaults and fallbacks, and the keys it reads for some architectures only (``posenc.real_models.gguf_llama_cpp``:
+  a missing scaling type is linear, rope.scale_linear stands in for the factor, Phi-3's LongRoPE tensors apply
+  without a type, YaRN's betas are 32 and 1 outside mistral3 and grok); the llama3 factors back to
   factor / low_freq_factor / high_freq_factor where they fit the llama3 formula.
-- ``compare_with_config(metadata, tensors, config)``: every rope field the conversion dropped, renamed or changed,
-  with both values, and every layer whose resolved rotation differs.
+- ``compare_with_config(metadata, tensors, config)``: every rope field the conversion dropped, renamed, changed or
+  wrote where llama.cpp does not read it, with both values, and every layer whose resolved rotation differs, by
+  frequencies and scales (``posenc.real_models.gguf_compare``).
 
 Pairing: llama.cpp's ``llama`` architecture rotates adjacent pairs because the converter permutes the q and k
 weights; the model is the same, and the table here describes the Hugging Face layout of the weights (``half`` for
@@ -27,20 +31,24 @@ from typing import Any
 import numpy as np
 from gguf.constants import Keys
 
-from posenc.errors import FieldErrors, InvalidInput, Loc, located
-from posenc.pe.registry import get_method
+from posenc.errors import FieldErrors, InvalidInput, Loc
 from posenc.real_models.config_fields import MAX_HEAD_DIM
-from posenc.real_models.configs import (
-    ROPE_TYPE_METHODS,
-    WHOLE_HEAD_MODEL_TYPES,
-    ConfigWarning,
-    LayerRope,
-    ResolvedConfig,
-    convert_config,
-    resolve_config,
-    rope_frequencies,
-    text_config,
+from posenc.real_models.configs import ConfigWarning, ResolvedConfig, resolve_config
+from posenc.real_models.gguf_llama_cpp import (
+    LAST_LAYER_NOPE_WHEN_OFF,
+    LLAMA3_ORIGINAL_CONTEXT,
+    LLAMA_CPP_ARCH_DEFAULTS,
+    LLAMA_CPP_DEFAULTS_OFF,
+    LLAMA_CPP_THETA,
+    LLAMA_CPP_YARN_TRUNCATES,
+    LOG_MUL_TENTHS_ARCHS,
+    SCALE_LINEAR_KEY,
+    YARN_BETA_ARCHS,
+    YARN_BETA_DEFAULTS,
+    fit_llama3,
+    yarn_attention_factor,
 )
+from posenc.real_models.model_types import ARCH_MODEL_TYPES, model_type_record
 from posenc.schemas.models import (
     GGUF_ROPE_TENSORS,
     MAX_GGUF_ARRAY,
@@ -63,12 +71,6 @@ MAX_METADATA_ELEMENTS = MAX_GGUF_VALUES
 MAX_TENSOR_VALUES = MAX_GGUF_TENSOR_VALUES
 ROPE_TENSORS = GGUF_ROPE_TENSORS
 
-LLAMA3_ORIGINAL_CONTEXT = 8192  # what the converter assumes when the config gives no top-level value (Llama 3.x)
-
-# GGUF architecture -> Hugging Face model_type, where they differ (the model type decides pairing defaults and
-# Gemma 3's unscaled sliding layers)
-ARCH_MODEL_TYPES = {"gemma3": "gemma3_text", "gpt-oss": "gpt_oss", "llama4": "llama4_text", "deepseek2": "deepseek_v3"}
-
 # Hugging Face field -> the GGUF key llama.cpp writes for it ("{arch}" is general.architecture); every key read
 GGUF_KEYS: dict[str, str] = {
     "num_hidden_layers": Keys.LLM.BLOCK_COUNT,
@@ -86,7 +88,7 @@ GGUF_KEYS: dict[str, str] = {
     "rope_type": Keys.Rope.SCALING_TYPE,
     "factor": Keys.Rope.SCALING_FACTOR,
     "original_max_position_embeddings": Keys.Rope.SCALING_ORIG_CTX_LEN,
-    "attention_factor": Keys.Rope.SCALING_YARN_ATTN_FACTOR,
+    "attention_factor": Keys.Rope.SCALING_ATTN_FACTOR,  # rope_attn_factor (LongRoPE's; multiplies YaRN's own)
     "beta_fast": Keys.Rope.SCALING_YARN_BETA_FAST,
     "beta_slow": Keys.Rope.SCALING_YARN_BETA_SLOW,
     "mscale_all_dim": Keys.Rope.SCALING_YARN_LOG_MUL,  # 0.1 · mscale_all_dim for deepseek2 (LOG_MUL_TENTHS_ARCHS)
@@ -101,58 +103,11 @@ GGUF_TENSOR_FIELDS: dict[str, str] = {
     "long_factor": "rope_factors_long.weight",
     "short_factor": "rope_factors_short.weight",
 }
-# What llama.cpp's loader takes for an architecture when the GGUF has no key for the field (src/llama-model.cpp,
-# src/models/*.cpp): Gemma 3's sliding layers every 6th layer global, at base 10000 and unscaled
-# (set_swa_pattern(6), rope_freq_base_train_swa = 10000, rope_freq_scale_train_swa = 1); SmolLM3's and Llama 4's
-# NoPE layers every 4th (n_no_rope_layer_step = 4, which no GGUF key sets); Llama 4's 8192-token chunks and its
-# query temperature (n_attn_temp_floor_scale 8192, f_attn_temp_scale 0.1, offset 1). The Hugging Face fields
-# they are, by each config's own names.
-LLAMA_CPP_ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3": {"sliding_window_pattern": 6, "rope_local_base_freq": 10000.0},
-    "smollm3": {"no_rope_layer_interval": 4},
-    "llama4": {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
-               "floor_scale": 8192, "attn_scale": 0.1},
-}  # fmt: skip
-# ... unless this field is in the GGUF as 0 (Llama 4: attention.sliding_window = 0 turns them all off)
-LLAMA_CPP_DEFAULTS_OFF: dict[str, str] = {"llama4": "sliding_window"}
-LLAMA_CPP_THETA = 10000.0  # rope_freq_base_train when the GGUF has no rope.freq_base
 NO_KEY = "(no GGUF key)"  # the origin of a default that no key of the file could have set
-# Architectures whose converter writes rope.scaling.yarn_log_mul as 0.1 · mscale_all_dim and whose loader divides
-# it back (llama.cpp's DeepseekV2Model in convert_hf_to_gguf.py and its deepseek2 loader,
-# "[TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]", ggml-org/llama.cpp#17945); elsewhere llama.cpp reads the value as
-# mscale_all_dim itself. llama.cpp has no key for mscale: it takes mscale = mscale_all_dim for these architectures
-# and 1 elsewhere (src/llama-context.cpp: "here we assume mscale == 1.0f", DeepSeek-V2 special-cased).
-LOG_MUL_TENTHS_ARCHS = frozenset({"deepseek2"})
 # older or other spellings of the same fields: found in a GGUF, they are a rename llama.cpp does not read
-GGUF_OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {
-    "factor": ("{arch}.rope.scale_linear",),  # llama.cpp before rope.scaling.*
-    "attention_factor": (Keys.Rope.SCALING_ATTN_FACTOR,),
-}
-LLAMA3_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-# the rope fields compared with a config (in its v4 spelling: rope_scaling next to rope_theta); None: no GGUF key
-COMPARED_FIELDS: dict[str, str | None] = {
-    "rope_theta": "rope_theta",
-    "rope_local_base_freq": "rope_local_base_freq",
-    "max_position_embeddings": "max_position_embeddings",
-    "sliding_window": "sliding_window",
-    "rope_scaling.rope_type": "rope_type",
-    "rope_scaling.factor": "factor",
-    "rope_scaling.original_max_position_embeddings": "original_max_position_embeddings",
-    "rope_scaling.low_freq_factor": None,
-    "rope_scaling.high_freq_factor": None,
-    "rope_scaling.attention_factor": "attention_factor",
-    "rope_scaling.beta_fast": "beta_fast",
-    "rope_scaling.beta_slow": "beta_slow",
-    "rope_scaling.mscale_all_dim": "mscale_all_dim",
-    "rope_scaling.mscale": None,
-    "rope_scaling.truncate": None,
-    "rope_scaling.mrope_section": "mrope_section",
-    "rope_scaling.short_factor": None,
-    "rope_scaling.long_factor": None,
-}
+# (rope.scale_linear is not one: llama.cpp's loader falls back on it for the factor)
+GGUF_OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {}
 GGUF_SCALING_TYPES = {"none": "default", "linear": "linear", "yarn": "yarn", "longrope": "longrope"}
-LAYER_FIELDS = ("layer_type", "method", "params", "rotary_dim", "rotary_slice", "pairing", "attention_scale",
-                "softmax_scale", "window", "mrope_section")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- checking
@@ -190,12 +145,15 @@ def check_metadata(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence[A
 class GgufConfig:
     """A GGUF's metadata as a Hugging Face style config (v4 spelling: ``rope_scaling`` next to ``rope_theta``),
     the GGUF key (or tensor) each field came from, notes on what could not be mapped back, and ``keys``: the GGUF
-    key of every mapped field under the file's architecture (``GGUF_KEYS`` formatted), given or not."""
+    key of every mapped field under the file's architecture (``GGUF_KEYS`` formatted), given or not; ``ignored``:
+    the fields whose key the file has but llama.cpp's loader does not read for its architecture (field -> (key, the
+    file's value, the value llama.cpp runs instead))."""
 
     config: dict[str, Any]
     origins: dict[str, str]
     notes: list[ConfigWarning]
     keys: Mapping[str, str] = field(default_factory=dict)
+    ignored: Mapping[str, tuple[str, Any, Any]] = field(default_factory=dict)
 
     def resolve(self) -> ResolvedConfig:
         """The config's layers, as ``/v1/models/resolve`` answers them; an error names the GGUF key the field came
@@ -270,7 +228,7 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
     else:
         put("head_dim", _number(metadata, keys["head_dim"], integer=True))
         _rotary_dim(metadata, keys, config, put)
-        if "rotary_dim" in config and config["model_type"] in WHOLE_HEAD_MODEL_TYPES:
+        if "rotary_dim" in config and model_type_record(config["model_type"]).partial_rotary_ignored is not None:
             notes.append(
                 ConfigWarning(
                     "gguf_partial_rotary_unspellable",
@@ -295,17 +253,22 @@ def config_from_gguf(metadata: Mapping[str, Any], tensors: Mapping[str, Sequence
             )
         config["head_dim"] = hidden // heads  # n_embd_head_k = n_embd / n_head
     switch = LLAMA_CPP_DEFAULTS_OFF.get(arch)
-    defaults = {} if switch is not None and metadata.get(keys[switch]) == 0 else LLAMA_CPP_ARCH_DEFAULTS.get(arch, {})
+    off = switch is not None and metadata.get(keys[switch]) == 0
+    defaults = {} if off else LLAMA_CPP_ARCH_DEFAULTS.get(arch, {})
     for name, value in defaults.items():
         if name not in config and not (name == "sliding_window_pattern" and "layer_types" in config):
             put(name, value, keys.get(name, NO_KEY))  # the key llama.cpp would have read, if there is one
-    scaling, scaling_origins = _scaling(metadata, tensors, keys, config, notes)
+    if off and arch in LAST_LAYER_NOPE_WHEN_OFF and config.get("num_hidden_layers"):
+        # models/llama4.cpp: n_no_rope_layer_step = n_layer, so (il + 1) % step == 0 on the last layer only
+        put("no_rope_layer_interval", config["num_hidden_layers"], keys["sliding_window"])
+    ignored: dict[str, tuple[str, Any, Any]] = {}
+    scaling, scaling_origins = _scaling(metadata, tensors, keys, config, notes, ignored)
     if scaling is not None:
         config["rope_scaling"] = scaling
         origins.update({f"rope_scaling.{name}": origin for name, origin in scaling_origins.items()})
     else:  # said outright: llama.cpp scales nothing, where a config class would fill in its own (gpt-oss's YaRN)
         config["rope_scaling"] = {"rope_type": "default"}
-    return GgufConfig(config, origins, notes, keys | GGUF_TENSOR_FIELDS)
+    return GgufConfig(config, origins, notes, keys | GGUF_TENSOR_FIELDS, ignored)
 
 
 def _rotary_dim(metadata: Mapping[str, Any], keys: Mapping[str, str], config: dict[str, Any], put: Any) -> None:
@@ -358,41 +321,83 @@ def _scaling(
     keys: Mapping[str, str],
     config: Mapping[str, Any],
     notes: list[ConfigWarning],
+    ignored: dict[str, tuple[str, Any, Any]],
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    """The rope_scaling dict (and each field's GGUF key): rope.scaling.* for linear, YaRN and LongRoPE (its two
-    factor tensors), the rope_freqs tensor for llama3, the sections for M-RoPE."""
-    kind = metadata.get(keys["rope_type"])
+    """The rope_scaling dict (and each field's GGUF key) as llama.cpp's loader reads the file (load_hparams in
+    src/llama-model.cpp): a missing rope.scaling.type is linear, the factor is rope.scaling.factor or else
+    rope.scale_linear; LongRoPE's factor tensors make it LongRoPE where the type is missing or longrope (Phi-3's
+    converter writes no type; llama_model::get_rope_factors applies them); the rope_freqs tensor is llama3's
+    factors; YaRN's betas and attention factor as each architecture reads them."""
+    arch = str(metadata[Keys.General.ARCHITECTURE])
+    type_key = keys["rope_type"]
+    kind = metadata.get(type_key)
+    if kind is not None and kind not in GGUF_SCALING_TYPES:
+        raise InvalidInput(("metadata", type_key), f"{kind!r} is not one of {sorted(GGUF_SCALING_TYPES)}")
+    factor_key = keys["factor"] if keys["factor"] in metadata else SCALE_LINEAR_KEY.format(arch=arch)
+    factor = _number(metadata, factor_key)
+    factor = None if factor == 0 else factor  # load_hparams: a factor of 0 is no scaling
+    longrope = {name: tensor for name, tensor in GGUF_TENSOR_FIELDS.items() if tensor in tensors}
     origins: dict[str, str] = {}
     scaling: dict[str, Any] = {}
     if kind is not None:
-        if kind not in GGUF_SCALING_TYPES:
-            raise InvalidInput(("metadata", keys["rope_type"]), f"{kind!r} is not one of {sorted(GGUF_SCALING_TYPES)}")
-        scaling["rope_type"], origins["rope_type"] = GGUF_SCALING_TYPES[kind], keys["rope_type"]
-        for name in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor"):
-            value = _number(metadata, keys[name], integer=name == "original_max_position_embeddings")
-            if value is not None and scaling["rope_type"] != "default":
-                scaling[name], origins[name] = value, keys[name]
-        if scaling["rope_type"] in ("linear", "yarn") and "factor" not in scaling:
-            scaling["factor"] = 1.0  # llama.cpp reads a missing factor as 1 (frequencies unscaled)
+        rope_type = GGUF_SCALING_TYPES[kind]
+        origins["rope_type"] = type_key
+    elif longrope:
+        rope_type = "longrope"  # Phi-3's converter writes the tensors and no type: llama.cpp runs the factors
+        origins["rope_type"] = next(iter(longrope.values()))
+    elif factor is not None and factor != 1:
+        rope_type = "linear"
+        origins["rope_type"] = factor_key
+        notes.append(
+            ConfigWarning(
+                "gguf_scaling_type_missing",
+                f"the GGUF has {factor_key} = {factor:g} and no {type_key}: llama.cpp reads the type as linear and "
+                f"divides every frequency by {factor:g}.",
+                [],
+                {"gguf_key": factor_key, "factor": factor},
+            )
+        )
+    else:
+        rope_type = None
+    if rope_type is not None:
+        scaling["rope_type"] = rope_type
+    if rope_type in ("linear", "yarn"):
+        if factor is None:
             notes.append(
                 ConfigWarning(
                     "gguf_scaling_without_factor",
-                    f"{keys['rope_type']} is {kind!r} but the GGUF has no {keys['factor']}: llama.cpp scales by 1.",
+                    f"{type_key} is {kind!r} but the GGUF has no {keys['factor']}: llama.cpp scales by 1.",
                     [],
                     {"rope_type": kind, "factor": None},
                 )
             )
-        log_mul = _number(metadata, keys["mscale_all_dim"])
-        if log_mul is not None and scaling["rope_type"] == "yarn":
-            tenths = metadata[Keys.General.ARCHITECTURE] in LOG_MUL_TENTHS_ARCHS
-            mscale_all_dim = float(np.float32(log_mul / np.float32(0.1))) if tenths else log_mul
-            scaling["mscale_all_dim"], origins["mscale_all_dim"] = mscale_all_dim, keys["mscale_all_dim"]
-            scaling["mscale"], origins["mscale"] = (mscale_all_dim if tenths else 1.0), keys["mscale_all_dim"]
-        if scaling["rope_type"] == "longrope":
-            for name, tensor in GGUF_TENSOR_FIELDS.items():
-                if tensor in tensors:
-                    scaling[name], origins[name] = [float(v) for v in tensors[tensor]], tensor
-    elif "rope_freqs.weight" in tensors:
+        scaling["factor"] = factor if factor is not None else 1.0
+        if factor is not None:
+            origins["factor"] = factor_key
+    if rope_type in ("yarn", "longrope"):
+        original = _number(metadata, keys["original_max_position_embeddings"], integer=True)
+        if original is not None:  # load_hparams: n_ctx_orig_yarn, else n_ctx_train
+            origins["original_max_position_embeddings"] = keys["original_max_position_embeddings"]
+        if (original or config.get("max_position_embeddings")) is None:
+            # src/llama-model.cpp load_hparams: n_ctx_orig_yarn is the file's original context, else n_ctx_train
+            # (LLM_KV_CONTEXT_LENGTH, a key the loader requires); a file with neither does not load
+            raise InvalidInput(
+                ("metadata", keys["original_max_position_embeddings"]),
+                f"is required for {kind or rope_type} scaling (or {keys['max_position_embeddings']}, which llama.cpp "
+                "takes in its place and requires)",
+            )
+        scaling["original_max_position_embeddings"] = original or config.get("max_position_embeddings")
+    attn_factor = _number(metadata, keys["attention_factor"])
+    if rope_type == "yarn":
+        _yarn(metadata, keys, arch, scaling, origins, ignored, attn_factor)
+    if rope_type == "longrope":
+        for name, tensor in longrope.items():
+            scaling[name], origins[name] = [float(v) for v in tensors[tensor]], tensor
+        # load_hparams: rope_attn_factor is 1 unless rope.scaling.attn_factor says otherwise
+        scaling["attention_factor"] = 1.0 if attn_factor is None else attn_factor
+        if attn_factor is not None:
+            origins["attention_factor"] = keys["attention_factor"]
+    if rope_type is None and "rope_freqs.weight" in tensors:
         llama3 = _llama3_params(tensors["rope_freqs.weight"], metadata, keys, config, notes)
         if llama3 is not None:
             scaling.update(llama3)
@@ -406,21 +411,41 @@ def _scaling(
     return scaling, origins
 
 
-def llama3_factors(base: float, dim: int, factor: float, low: float, high: float, original: int) -> np.ndarray:
-    """The per-pair factors llama.cpp's Llama 3 converter writes as ``rope_freqs.weight`` (float32): each pair's
-    plain RoPE frequency over its frequency under rope_type llama3 with these params, both as the registered
-    methods compute them (1 in the high band, ``factor`` in the low band, blended between). (d/2,)"""
-    llama3 = {
-        "base": base,
-        "factor": factor,
-        "low_freq_factor": low,
-        "high_freq_factor": high,
-        "original_max_position_embeddings": original,
-    }
-    plain = rope_frequencies(ROPE_TYPE_METHODS["default"], {"base": base}, dim).inv_freq  # (d/2,)
-    scaled = rope_frequencies(ROPE_TYPE_METHODS["llama3"], llama3, dim).inv_freq  # (d/2,)
-    factors: np.ndarray = (plain / scaled).numpy().astype(np.float32)
-    return factors
+def _yarn(
+    metadata: Mapping[str, Any],
+    keys: Mapping[str, str],
+    arch: str,
+    scaling: dict[str, Any],
+    origins: dict[str, str],
+    ignored: dict[str, tuple[str, Any, Any]],
+    attn_factor: float | None,
+) -> None:
+    """YaRN's betas, mscale and attention factor as ``arch``'s loader runs them (gguf_llama_cpp's tables)."""
+    reads_betas = YARN_BETA_ARCHS.get(arch)
+    for name, default in (reads_betas or YARN_BETA_DEFAULTS).items():
+        value = _number(metadata, keys[name])
+        if reads_betas is not None and value is not None:
+            scaling[name], origins[name] = value, keys[name]
+            continue
+        scaling[name], origins[name] = default, NO_KEY
+        if value is not None and not math.isclose(value, default, rel_tol=1e-6):
+            ignored[name] = (keys[name], value, default)
+    scaling["truncate"], origins["truncate"] = LLAMA_CPP_YARN_TRUNCATES, NO_KEY  # ggml_rope_yarn_corr_dims
+    log_mul = _number(metadata, keys["mscale_all_dim"])
+    mscale_all_dim, mscale = 0.0, 1.0
+    if log_mul is not None:
+        tenths = arch in LOG_MUL_TENTHS_ARCHS
+        mscale_all_dim = float(np.float32(log_mul / np.float32(0.1))) if tenths else log_mul
+        mscale = mscale_all_dim if tenths and mscale_all_dim != 1 else 1.0
+        scaling["mscale_all_dim"], origins["mscale_all_dim"] = mscale_all_dim, keys["mscale_all_dim"]
+        scaling["mscale"], origins["mscale"] = mscale, keys["mscale_all_dim"]
+    yarn_attn_key = Keys.Rope.SCALING_YARN_ATTN_FACTOR.format(arch=arch)
+    runs = yarn_attention_factor(float(scaling["factor"]), mscale, mscale_all_dim, attn_factor or 1.0)
+    if attn_factor is not None and attn_factor != 1:
+        scaling["attention_factor"], origins["attention_factor"] = runs, keys["attention_factor"]
+    written = _number(metadata, yarn_attn_key)
+    if written is not None and not math.isclose(written, runs, rel_tol=1e-6):
+        ignored["attention_factor"] = (yarn_attn_key, written, runs)
 
 
 def _llama3_params(
@@ -430,203 +455,32 @@ def _llama3_params(
     config: Mapping[str, Any],
     notes: list[ConfigWarning],
 ) -> dict[str, Any] | None:
-    """factor, low_freq_factor, high_freq_factor and original_max_position_embeddings that reproduce the llama3
-    factors, or None (with a note) when no llama3 setting does. Only the wavelength bounds original/low and
-    original/high are in the factors: original is the GGUF's original context length if it has one, else 8192
-    (the converter's own assumption)."""
-    factors = np.asarray(values, dtype=np.float64)  # (d/2,)
-    base = float(config.get("rope_theta", 10000.0))
-    dim = 2 * len(factors)
+    """The llama3 params that reproduce the per-pair factors (``gguf_llama_cpp.fit_llama3``), or None with a note
+    when no llama3 setting does: original is the GGUF's original context length if it has one, else 8192 (the
+    converter's own assumption)."""
     original = _number(metadata, keys["original_max_position_embeddings"], integer=True) or LLAMA3_ORIGINAL_CONTEXT
-    factor = float(np.float32(factors.max()))
-    if np.allclose(factors, 1.0):
+    if all(math.isclose(float(v), 1.0, rel_tol=1e-6) for v in values):
         return None
-    frequencies = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
-    ratio = original * frequencies.astype(np.float64) / (2 * math.pi)  # original / wavelength, (d/2,)
-    tolerance = 1e-5 * factor
-    between = (factors > 1 + tolerance) & (factors < factor - tolerance)
-    candidates: list[tuple[float, float]] = [(1.0, 4.0), (1.0, 1.0)]
-    if between.sum() >= 2:
-        smooth = (1 / factors[between] - 1 / factor) / (1 - 1 / factor)  # s, linear in original / wavelength
-        slope, intercept = np.polyfit(ratio[between], smooth, 1)
-        low = -intercept / slope
-        candidates.insert(0, (float(f"{low:.6g}"), float(f"{low + 1 / slope:.6g}")))
-    for low, high in candidates:
-        if high < low:
-            continue
-        expected = llama3_factors(base, dim, factor, low, high, original)
-        if np.allclose(expected, factors, rtol=1e-4, atol=0):
-            return {
-                "rope_type": "llama3",
-                "factor": factor,
-                "low_freq_factor": low,
-                "high_freq_factor": high,
-                "original_max_position_embeddings": original,
-            }
-    notes.append(
-        ConfigWarning(
-            "gguf_rope_freqs_not_llama3",
-            f"rope_freqs.weight holds {len(factors)} per-pair factors that no llama3 setting reproduces (factor "
-            f"{factor:g}, original context {original}); llama.cpp divides each pair's frequency by its factor, "
-            "which posenc does not resolve: the table shows plain RoPE.",
-            [],
-            {"rope_freqs": [float(v) for v in factors[:16]], "values": len(factors)},
+    fitted = fit_llama3(values, float(config.get("rope_theta", LLAMA_CPP_THETA)), original)
+    if fitted is None:
+        notes.append(
+            ConfigWarning(
+                "gguf_rope_freqs_not_llama3",
+                f"rope_freqs.weight holds {len(values)} per-pair factors that no llama3 setting reproduces (factor "
+                f"{max(values):g}, original context {original}); llama.cpp divides each pair's frequency by its "
+                "factor, which posenc does not resolve: the table shows plain RoPE.",
+                [],
+                {"rope_freqs": [float(v) for v in values[:16]], "values": len(values)},
+            )
         )
-    )
-    return None
-
-
-# ---------------------------------------------------------------------------------------------- comparing
-def _v4_fields(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config's compared fields, by their v4 names (``rope_scaling.factor``)."""
-    text = text_config(convert_config(config, "v4"))
-    scaling = text.get("rope_scaling") or {}
-    fields: dict[str, Any] = {}
-    for name in COMPARED_FIELDS:
-        source, key = (scaling, name.split(".", 1)[1]) if name.startswith("rope_scaling.") else (text, name)
-        value = source.get(key) if isinstance(source, Mapping) else None
-        if value is None and name == "rope_scaling.rope_type" and isinstance(scaling, Mapping):
-            value = scaling.get("type")  # the v4 dialect's older spelling (DeepSeek-V3's config.json)
-        if value is not None:
-            fields[name] = value
-    fields.setdefault("rope_scaling.rope_type", "default")
-    return fields
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal as GGUF stores them: floats to float32 (a GGUF keeps float32), lists element by element."""
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool | str):
-        return bool(np.float32(a) == np.float32(b)) or math.isclose(a, b, rel_tol=1e-6)
-    return bool(a == b)
+    return fitted
 
 
 def compare_with_config(
     metadata: Mapping[str, Any], tensors: Mapping[str, Sequence[float]] | None, config: Mapping[str, Any]
 ) -> list[ConfigWarning]:
-    """Every rope field of ``config`` (a Hugging Face config.json) that the GGUF dropped, renamed or changed, with
-    both values (codes ``gguf_field_dropped``, ``gguf_field_renamed``, ``gguf_field_changed``), and the layers
-    whose resolved rotations differ (``gguf_layers_differ``). Errors in ``config`` at ("against", ...)."""
-    converted = config_from_gguf(metadata, tensors)
-    with located(("against",)):
-        expected = _v4_fields(config)
-        reference = resolve_config(config)
-    with located(("metadata",)):
-        found = _v4_fields(converted.config)
-    resolved = converted.resolve()
-    arch = str(metadata[Keys.General.ARCHITECTURE])
-    llama3 = expected.get("rope_scaling.rope_type") == "llama3"
-    warnings: list[ConfigWarning] = []
-    for name, wanted in expected.items():
-        got = found.get(name) if name in converted.origins else None  # None: not in the GGUF (a default)
-        if _same(wanted, "default" if got is None and name == "rope_scaling.rope_type" else got):
-            continue
-        short = COMPARED_FIELDS[name]
-        key = converted.origins.get(name) or _expected_key(name, short, arch, llama3)
-        evidence = {"field": name, "config": wanted, "gguf": got, "gguf_key": key}
-        if got is not None:
-            where = (
-                key
-                if key in metadata or key in (tensors or {})
-                else f"llama.cpp's {arch} default" + ("; no GGUF key sets it" if key == NO_KEY else f": no {key}")
-            )
-            warnings.append(
-                ConfigWarning(
-                    "gguf_field_changed",
-                    f"{name} is {wanted!r} in the config and {got!r} in the GGUF ({where}).",
-                    [],
-                    evidence,
-                )
-            )
-            continue
-        other = _other_spelling(metadata, short, arch)
-        if other is not None:
-            warnings.append(
-                ConfigWarning(
-                    "gguf_field_renamed",
-                    f"{name} ({wanted!r} in the config) is in the GGUF as {other[0]} = {other[1]!r}, not as {key}: "
-                    "llama.cpp reads only the latter.",
-                    [],
-                    {**evidence, "gguf": other[1], "gguf_key_found": other[0]},
-                )
-            )
-            continue
-        where = f"no {key} in the GGUF" if key else "llama.cpp has no GGUF key for it"
-        warnings.append(
-            ConfigWarning(
-                "gguf_field_dropped",
-                f"{name} is {wanted!r} in the config and missing from the GGUF ({where}).",
-                [],
-                evidence,
-            )
-        )
-    warnings.extend(_layer_differences(reference.layers, resolved.layers))
-    return warnings
+    """Every rope field of ``config`` the GGUF dropped, renamed, changed or holds where llama.cpp does not read
+    it, and the layers whose rotations differ (``posenc.real_models.gguf_compare.compare``)."""
+    from posenc.real_models.gguf_compare import compare  # that module maps the file with this one
 
-
-def _expected_key(name: str, short: str | None, arch: str, llama3: bool) -> str | None:
-    if llama3 and name.removeprefix("rope_scaling.") in (*LLAMA3_FIELDS, "rope_type"):
-        return "rope_freqs.weight"  # llama.cpp's converter writes the llama3 scaling as this tensor only
-    return GGUF_KEYS[short].format(arch=arch) if short is not None else None
-
-
-def _other_spelling(metadata: Mapping[str, Any], short: str | None, arch: str) -> tuple[str, Any] | None:
-    """The field under another spelling: an older key, or the right key under another architecture's prefix."""
-    if short is None:
-        return None
-    for template in GGUF_OTHER_SPELLINGS.get(short, ()):
-        key = template.format(arch=arch)
-        if key in metadata:
-            return key, metadata[key]
-    suffix = GGUF_KEYS[short].removeprefix("{arch}")
-    for key, value in metadata.items():
-        if key.endswith(suffix) and key != GGUF_KEYS[short].format(arch=arch) and "." not in key.removesuffix(suffix):
-            return key, value
-    return None
-
-
-def _layer_differences(config_layers: Sequence[LayerRope], gguf_layers: Sequence[LayerRope]) -> list[ConfigWarning]:
-    """Layers whose resolved setups differ, grouped by the same differences."""
-    if len(config_layers) != len(gguf_layers):
-        return [
-            ConfigWarning(
-                "gguf_layers_differ",
-                f"the config has {len(config_layers)} layers and the GGUF {len(gguf_layers)}.",
-                [],
-                {"config": {"layers": len(config_layers)}, "gguf": {"layers": len(gguf_layers)}},
-            )
-        ]
-    groups: dict[str, tuple[list[int], dict[str, Any], dict[str, Any]]] = {}
-    for ours, theirs in zip(config_layers, gguf_layers, strict=True):
-        a, b = ours.to_json(), theirs.to_json()
-        if a["method"] == b["method"] and a["method"] is not None:  # a param left at its default is the same value
-            a["params"], b["params"] = (
-                _with_defaults(a["method"], a["params"]),
-                _with_defaults(b["method"], b["params"]),
-            )
-        differing = [name for name in LAYER_FIELDS if not _same_layer_value(a[name], b[name])]
-        if differing:
-            left, right = {name: a[name] for name in differing}, {name: b[name] for name in differing}
-            entry = groups.setdefault(repr((left, right)), ([], left, right))
-            entry[0].append(ours.layer)
-    return [
-        ConfigWarning(
-            "gguf_layers_differ",
-            f"{len(layers)} layer(s) resolve differently from the GGUF than from the config: {', '.join(left)}.",
-            layers,
-            {"config": left, "gguf": right},
-        )
-        for layers, left, right in groups.values()
-    ]
-
-
-def _with_defaults(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with every default of ``method``'s params filled in (as the method runs them)."""
-    return get_method(method).parse_params(params).model_dump()
-
-
-def _same_layer_value(a: Any, b: Any) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
-    return _same(a, b)
+    return compare(metadata, tensors, config)

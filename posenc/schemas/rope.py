@@ -195,5 +195,13 @@ class ServeCheckRequest(_Strict):
     window: int | None = Field(
         default=None, ge=1, le=MAX_SERVE_TOKENS, description="the eviction cache's recent tokens; default length/4"
     )
+    requests: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description=f"requests a transformers model serves one after another (a forward each), each 1 ... "
+        f"{MAX_SERVE_TOKENS} tokens: its dynamic rotary state carries across them and into the transformers_* "
+        "variants of the prefill / decode sequence; default [length, length/2]",
+    )
     tolerance: float = Field(default=1e-9, ge=0, description="a logit error above it is wrong")
     seed: int = Field(default=0, ge=0, le=2**63 - 1)

@@ -1,5 +1,5 @@
 """Image tasks on a ViT: procedural images drawn at any resolution (``posenc.training.vision``), top-1 accuracy by
-evaluation resolution (evaluation.md §7).
+evaluation resolution.
 
 Unit: pixels (a side of the square image). The training resolution is ``data.image_size`` (default 32) with
 patches of ``data.patch_size`` (default 4); the evaluation resolutions are ``eval.resolutions``, default the

@@ -1,4 +1,4 @@
-"""RULER-style probes at tiny scale and one effective length per PE (evaluation.md §11): six retrieval, tracking
+"""RULER-style probes at tiny scale and one effective length per PE: six retrieval, tracking
 and aggregation probes in one character-level token family, every model trained on a mixed stream of them.
 
 Unit: tokens. The training length L is ``train.length``: training draws each example's probe uniformly from
@@ -26,7 +26,7 @@ chain) put the first at the depth and the others, in order, at uniformly drawn a
 - passkey (RULER ``niah_single``, llama.cpp passkey): the key letter is always K, the value 5 uniform digits.
   The haystack holds max(1, B // 64) keyed distractors (other letters, 5 digits) and as many unkeyed 5-digit
   runs, B the haystack tokens left after the needle: the answer's digits are never the only digits, so only
-  the key finds the value (evaluation.md §11a found models copying "the only digits" otherwise).
+  the key finds the value (without distractors, small models learn to copy "the only digits" instead).
 - multi_key (RULER ``niah_multikey``): 4 distinct two-letter keys with 5-digit values, one queried.
 - multi_value (RULER ``niah_multivalue``): one key letter with 3 distinct 3-digit values, answered in order of
   appearance separated by commas; distractors as passkey's, with 3 digits.
@@ -58,8 +58,8 @@ recall for the set-valued ones (multi_value, variable_tracking, common_words): t
 (``posenc.training.evaluate.evaluate_tokens``): exact match is then the same as a greedy decode; recall scores
 each part given the right parts before it, which a free decode would not have.
 
-Effective length (``effective_length``, the result's ``effective_length`` and ``leaderboard``; evaluation.md
-§11, NoLiMa's relative rule with a prefix condition). Per (method, seed) and probe t: a_t(L) is the mean score
+Effective length (``effective_length``, the result's ``effective_length`` and ``leaderboard``;
+NoLiMa's relative rule with a prefix condition). Per (method, seed) and probe t: a_t(L) is the mean score
 over depths at length L; the base b_t is the mean of a_t at the two shortest evaluated lengths; t is "not
 learned" by that run when b_t < 0.8 and is then left out of the number and listed in ``not_learned_probes``,
 never dropped silently. S(L) is the mean of a_t(L) / b_t over the learned probes except the control

@@ -37,12 +37,12 @@ import torch
 
 from posenc.tasks.base import SPECIAL_TOKENS, Instance, TokenTask, index_of, uniform
 
-LETTERS = "abcdefghijklmnopqrst"  # 20 symbols (evaluation.md §2.4)
+LETTERS = "abcdefghijklmnopqrst"  # 20 symbols
 DIGITS = "0123456789"
 NOISE = "."
 COUNT_LETTERS = "abcde"  # as CoPE's largest program (nvars = 5)
 FLIP_FLOP_WRITE_READ = (0.1, 0.1)  # FFL(0.8): P(w), P(r); P(i) = 0.8
-DEFAULT_SIZE = 10  # the tiny CPU version of the NoPE paper's L = 20 (evaluation.md §2.4)
+DEFAULT_SIZE = 10  # the tiny CPU version of the NoPE paper's L = 20
 MAX_SIZE = 4096
 
 Example = Callable[[int, torch.Generator], tuple[str, str]]

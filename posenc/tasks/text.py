@@ -1,7 +1,7 @@
 """Text: a character-level language model on a corpus (``data.corpus``), perplexity by evaluation length.
 
 Unit: tokens (characters). The training length is ``train.length``, the evaluation lengths ``eval.lengths``,
-default the ALiBi paper's grid L, 2L, 4L, 8L (evaluation.md §1.2), read under the ``eval.protocol``:
+default the ALiBi paper's grid L, 2L, 4L, 8L, read under the ``eval.protocol``:
 non-overlapping windows, or a sliding window whose stride is ``eval.stride`` (default L/2).
 """
 

@@ -1,7 +1,7 @@
 """Length-extrapolation evaluation: per-length NLL/perplexity on text, per-size scores on token tasks, accuracy by
 resolution on images and by size on graphs.
 
-Text protocols (evaluation.md §1.2), over the first ``max_tokens`` next-character targets of validation:
+Text protocols, over the first ``max_tokens`` next-character targets of validation:
 
     nonoverlapping  disjoint windows of L_valid tokens, every token scored (fairseq ``--context-window 0``);
                     ⌊n / L⌋ windows, ⌊n / L⌋·L scored tokens (n = scored-token budget)

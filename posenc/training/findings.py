@@ -1,5 +1,5 @@
 """A benchmark's generated summary: a few plain sentences a researcher can quote, from the result that
-``posenc.training.jobs.assemble_benchmark`` returns (pure Python, deterministic; issue 21 item 4).
+``posenc.training.jobs.assemble_benchmark`` returns (pure Python, deterministic).
 
 The headline number per method:
 

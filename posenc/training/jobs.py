@@ -62,6 +62,7 @@ from posenc.training.report import (
 from posenc.training.train import Model, ProgressScope, build_model, train
 
 LOSS_CURVE_POINTS = 200
+RUN_CURVE_POINTS = 50  # each run's own loss curve in a benchmark's or a train job's runs (the page draws them)
 RESULT_NAME = "result.json"
 CONFIG_RULE = (
     "per layer, as POST /v1/models/resolve gives it: method, θ, scaling factors, rotated share and NoPE layers kept; "
@@ -228,9 +229,10 @@ def run_unit(
     model, record = _train(spec, trainer, ref, unit.seed, data, directory, progress, device, unit.name)
     cells = _evaluate(model, data, trainer, trainer.family.eval_sizes(), device, progress, unit.name)
     scores = in_distribution(trainer.family, cells)
-    record.pop("losses")
+    losses = record.pop("losses")
     record.pop("steps_run")
     result = {
+        "loss_curve": subsample_curve(losses, RUN_CURVE_POINTS),
         "method": ref.method_name,
         "label": unit.label,
         **_pattern_fields(trainer.family, ref),
@@ -412,7 +414,8 @@ def table_rows(family: Family, records: list[dict[str, Any]]) -> tuple[list[dict
 
 def run_summaries(family: Family, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = ("label", "seed", "in_distribution", "learned", "final_loss", "tokens_per_s", "train_seconds")
-    return [{key: record[key] for key in keys} for record in records]
+    # (a run recorded before runs kept their loss curve has none)
+    return [{key: record[key] for key in keys} | {"loss_curve": record.get("loss_curve", [])} for record in records]
 
 
 def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Path) -> dict[str, Any]:
@@ -587,7 +590,13 @@ def _run_train(
         curves[str(seed)] = record.pop("losses")
         record.pop("steps_run")
         runs.append(
-            {**record, "in_distribution": scores, "learned": family.learned(scores), "model": f"{stem}.safetensors"}
+            {
+                **record,
+                "in_distribution": scores,
+                "learned": family.learned(scores),
+                "model": f"{stem}.safetensors",
+                "loss_curve": subsample_curve(curves[str(seed)], RUN_CURVE_POINTS),
+            }
         )
     write_json_atomic(job_dir / "loss_curve.json", {"method": ref.method, "losses_by_seed": curves})
     first = runs[0]

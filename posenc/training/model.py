@@ -2,7 +2,7 @@
 
 Token embedding -> L x [x + Attn(LN(x)), x + FFN(LN(x))] -> LN -> untied head; FFN 4d with GELU, no dropout,
 biases in the block projections, none in the head (2 layers, d=128, 65 symbols: 413,440 parameters, the
-LM-X model of evaluation.md §1.4). The PE enters through its kind's applier (``posenc.pe.appliers``): the
+LM-X model of the text benchmark). The PE enters through its kind's applier (``posenc.pe.appliers``): the
 model calls ``fast_embed`` on the token embeddings and ``layer_attend`` in every attention layer, and never looks
 at the kind. A method the registry marks ``per_layer`` (XL's W_R, FoX's gate projection, Shaw's tables) gets one
 instance of its learned parameters per layer; every other method one shared instance (``pe``).

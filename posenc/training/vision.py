@@ -7,7 +7,7 @@ and covers a pixel by clamp(½ − d·S, 0, 1) (a one-pixel ramp, close to its a
 in order over the background; then Gaussian noise (σ = ``NOISE_STD``). So a scene rendered at 64 px and
 box-downsampled 2 x 2 is close to its 32 px render (tested), and the content scales with the image
 (as in ImageNet up-resolution tests). Everything is drawn from a ``torch.Generator``: scenes first, then noise,
-so the scenes of a draw do not depend on the resolution (evaluation.md §7).
+so the scenes of a draw do not depend on the resolution.
 
 Tasks (classes, labels uniform):
     shapes         10: one shape of ``SHAPES`` (Shapes-10), size 15-45 % of the side, any position and rotation

@@ -1,4 +1,4 @@
-"""A tiny ViT in which the positional encoding is the only variable (evaluation.md §7).
+"""A tiny ViT in which the positional encoding is the only variable.
 
 Patch embedding (Conv2d, kernel = stride = patch) -> [CLS] + patches -> L x [x + Attn(LN(x)), x + FFN(LN(x))]
 -> LN -> the CLS token (or the mean over tokens without one) -> linear head. FFN ``ffn_mult``·d with GELU,

@@ -32,7 +32,7 @@ from posenc.compute.cost import Budgets
 from posenc.corpora import data_directories
 from posenc.errors import InvalidInput, located
 from posenc.job_estimates import check_duration, check_memory, estimate_seconds, job_groups, speed_keys
-from posenc.jobspec import job_cost, validate_job
+from posenc.jobspec import job_cost, run_own_spec, validate_job
 from posenc.jobstore import (
     ActiveJobsLimit,
     IdempotencyConflict,
@@ -321,10 +321,32 @@ def _replay(store: JobStore, key: str, job_id: str, body: JobCreate, principal: 
     responses={404: _PROBLEM},
 )
 def get_job(job_id: str, request: Request, response: Response, principal: PrincipalDep) -> Job:
-    job = _get_or_404(_store(request), job_id, principal)
+    # The job's whole record. A run of a benchmark that fanned out shows its own spec (its method entry and seed,
+    # its task's for a suite's run), not the benchmark's; parent names the benchmark. (A comment, not a
+    # docstring: a docstring would become the route's OpenAPI description.)
+    store = _store(request)
+    job = _get_or_404(store, job_id, principal)
     if not is_terminal(job.status):
         response.headers["Retry-After"] = str(_settings(request).job_poll_after_s)
-    return job
+    return _as_reported(store, job)
+
+
+def _as_reported(store: JobStore, job: Job) -> Job:
+    """A run of a fanned-out benchmark with its own spec in place of the benchmark's (which its record keeps for
+    the worker); any other job as it is. A run whose spec cannot be narrowed (a record written by an older
+    version) keeps the benchmark's."""
+    if job.parent is None:
+        return job
+    with _redis_available():
+        found = store.run_of(job.id)
+    if found is None:
+        return job
+    try:
+        own = run_own_spec(job.spec, found[1])
+    except (ValueError, LookupError):
+        logger.warning("job %s: its run %s does not narrow the benchmark's spec", job.id, found[1])
+        return job
+    return job.model_copy(update={"spec": own})
 
 
 @router.get(
@@ -401,7 +423,7 @@ def cancel_job(job_id: str, request: Request, response: Response, principal: Pri
         _celery(request).control.revoke(target)
     else:
         response.headers["Retry-After"] = "1"
-    return _get_or_404(store, job_id, principal)
+    return _as_reported(store, _get_or_404(store, job_id, principal))
 
 
 @router.get(

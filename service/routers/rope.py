@@ -101,6 +101,8 @@ async def serve_check(request: ServeCheckRequest, settings: SettingsDep, slots: 
     """A serving simulator: the attention logits of chunked prefill, token-by-token decode, a left-padded batch,
     packed documents and a sink + window cache against full recomputation, in float64, for a method (rotary or
     bias) or a config's layer (NoPE and Llama 4's query temperature included). Per variant: the largest logit
-    error, the first wrong (sequence, query, key), and for the known-bad schedules whether this setup is
-    sensitive to them; every correct schedule is exactly 0."""
+    error (and per batch row or request), the first wrong (sequence, query, key), and for the known-bad schedules
+    whether this setup is sensitive to them; every correct schedule is exactly 0. The transformers variants are
+    what transformers computes: its left-padded batch rotated for the longest row's length, its cache of rotated
+    keys, and its dynamic rotary state carried across requests (``requests``), each reported as measured."""
     return await slots.serve(settings, lambda: plans.plan_serve_check(request), json_answer, body=request)

@@ -1,82 +1,34 @@
 // posenc page: three views over the public API (/v1 with the user's X-API-Key); charts by Apache ECharts.
-/* global echarts */
-const $ = (selector, root = document) => root.querySelector(selector);
-const $$ = (selector, root = document) => [...root.querySelectorAll(selector)];
-const NON_FINITE = { inf: Infinity, "-inf": -Infinity, nan: NaN };
-const KEY = "posenc.apiKey";
-// The job templates: small jobs that finish in seconds on 2 CPU cores (edit the JSON to make them bigger).
-const TEMPLATES = {
-  "Train: RoPE on copy_single (about 5 s)": { kind: "train", spec: { methods: [{ method: "rope" }],
-    data: { task: "copy_single", size: 4 }, model: { layers: 1, dim: 32, heads: 2 },
-    train: { steps: 300, batch_size: 16, warmup_steps: 5, checkpoint_every: 100 } } },
-  "Extrapolate: RoPE on copy_single, 2 seeds (about 15 s)": { kind: "extrapolate", spec: {
-    methods: [{ method: "rope" }], data: { task: "copy_single", size: 4 }, model: { layers: 1, dim: 32, heads: 2 },
-    train: { steps: 300, batch_size: 16, warmup_steps: 5 }, eval: { sizes: [2, 4, 6, 8], samples: 20 }, seeds: [0, 1] } },
-  "Benchmark: RoPE, ALiBi, NoPE on copy_single, 2 seeds (about 30 s)": { kind: "benchmark", spec: {
-    methods: [{ method: "rope" }, { method: "alibi" }, { method: "nope" }], data: { task: "copy_single", size: 4 },
-    model: { layers: 1, dim: 32, heads: 2 }, train: { steps: 200, batch_size: 16, warmup_steps: 5 },
-    eval: { sizes: [2, 4, 6, 8], samples: 20 }, seeds: [0, 1] } },
-};
-const state = { methods: {}, presets: {}, request: null, result: null, job: null, timer: null, losses: {} };
-const charts = {};
-// For tests and the curious: the matrix the heatmap shows, exactly as the API sent it (rows = queries).
-window.posencPage = { heatmap: null, charts };
+import { $, $$, KEY, api, attempt, chart, charts, compact, el, exact, labelInterval, number, say } from "./common.js";
+import { listJobs, setUpJobs } from "./jobs.js";
 
-function el(tag, attributes = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
-  node.append(...children.filter((child) => child !== null && child !== undefined));
-  return node;
-}
-function say(message, error = false) {
-  $("#status").textContent = message;
-  $("#status").classList.toggle("error", error);
-}
-async function api(method, path, body) {
-  const headers = { Accept: "application/json" };
-  const key = localStorage.getItem(KEY);
-  if (key) headers["X-API-Key"] = key;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const data = await response.json().catch(() => null);
-  if (response.status === 401) throw new Error("This gateway needs an API key: enter yours above (kept in this browser).");
-  if (!response.ok) throw new Error(`${path}: ${data?.detail || data?.title || response.statusText} (${response.status})`);
-  return data;
-}
-async function attempt(action) {
-  try { await action(); } catch (error) { say(error.message, true); }
-}
-function chart(id, option) {
-  charts[id] ??= echarts.init(document.getElementById(id));
-  charts[id].setOption({ animation: false, ...option }, true);
-  return charts[id];
-}
-const number = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
-const exact = (value) => (typeof value === "string" ? value : String(value));
-const compact = (value) => JSON.stringify(value);
+const state = { methods: {}, presets: {}, request: null, result: null };
 
 // ------------------------------------------------------------------------------------------------ tabs
+// The panels' ids are "view-<name>", not the name the address keeps ("#jobs"): an element with the fragment's id
+// would make the browser scroll to it when the page opens.
+const viewOf = (tab) => tab.getAttribute("aria-controls").replace(/^view-/, "");
 function show(view) {
   for (const tab of $$("[role=tab]")) {
-    const selected = tab.getAttribute("aria-controls") === view;
+    const selected = viewOf(tab) === view;
     tab.setAttribute("aria-selected", String(selected));
     tab.tabIndex = selected ? 0 : -1;
     document.getElementById(tab.getAttribute("aria-controls")).hidden = !selected;
   }
   history.replaceState(null, "", `#${view}`);
   for (const instance of Object.values(charts)) instance.resize();
-  if (view === "jobs" && loaded) attempt(listJobs);
+  if (view === "jobs" && loaded) attempt(listJobs, "#j-form-error");
 }
 function setUpTabs() {
   const tabs = $$("[role=tab]");
   tabs.forEach((tab, index) => {
-    tab.addEventListener("click", () => show(tab.getAttribute("aria-controls")));
+    tab.addEventListener("click", () => show(viewOf(tab)));
     tab.addEventListener("keydown", (event) => {
       const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
       if (!step) return;
       const next = tabs[(index + step + tabs.length) % tabs.length];
       next.focus();
-      show(next.getAttribute("aria-controls"));
+      show(viewOf(next));
     });
   });
   show(["methods", "configs", "jobs"].includes(location.hash.slice(1)) ? location.hash.slice(1) : "methods");
@@ -162,6 +114,7 @@ function headMatrix(tensor, head) {
   return Array.from({ length: rows }, (_, i) => tensor.data.slice(start + i * cols, start + (i + 1) * cols));
 }
 function drawHeatmap() {
+  if (!state.result) return;
   const { tensor, title } = state.result;
   const head = Number($("#m-head").value || 0);
   const matrix = headMatrix(tensor, head);
@@ -176,14 +129,21 @@ function drawHeatmap() {
   }));
   if (low > high) [low, high] = [0, 1];
   $("#m-title").textContent = `${title}, head ${head}: ${matrix.length} queries × ${matrix[0].length} keys`;
+  // a label per cell only while cells are wide enough for one: then every k-th (the grid's inner size)
+  const box = document.getElementById("m-heatmap");
+  const across = labelInterval(matrix[0].length, box.clientWidth - 72, 30);
+  const down = labelInterval(matrix.length, box.clientHeight - 106, 18);
   chart("m-heatmap", {
     tooltip: { formatter: (p) => `query ${p.value[1]}, key ${p.value[0]}<br>${exact(matrix[p.value[1]][p.value[0]])}` },
-    grid: { left: 56, right: 16, top: 16, bottom: 90 },
-    xAxis: { type: "category", name: "key j", nameLocation: "middle", nameGap: 24, data: matrix[0].map((_, j) => j) },
-    yAxis: { type: "category", name: "query i", inverse: true, data: matrix.map((_, i) => i) },
+    grid: { left: 60, right: 16, top: 16, bottom: 90 },
+    xAxis: { type: "category", name: "key j", nameLocation: "middle", nameGap: 24, data: matrix[0].map((_, j) => j),
+      axisLabel: { interval: across, hideOverlap: true }, axisTick: { interval: across } },
+    yAxis: { type: "category", name: "query i", nameLocation: "middle", nameGap: 38, inverse: true,
+      data: matrix.map((_, i) => i),
+      axisLabel: { interval: down, hideOverlap: true }, axisTick: { interval: down } },
     visualMap: { min: low, max: high === low ? low + 1 : high, calculable: true, orient: "horizontal", left: "center",
       bottom: 0, precision: 4, inRange: { color: ["#313695", "#74add1", "#ffffbf", "#f46d43", "#a50026"] } },
-    series: [{ type: "heatmap", data: cells, progressive: 5000 }],
+    series: [{ type: "heatmap", data: cells, progressive: cells.length > 100000 ? 20000 : 0 }],
   });
 }
 function drawToeplitz(table, meta) {
@@ -218,6 +178,7 @@ function drawFrequencies(answer) {
 }
 async function compute(event) {
   event?.preventDefault();
+  clearMethodResult(); // a failed Compute must not leave the previous method's heatmap under the new heading
   const request = methodRequest();
   state.request = request;
   window.posencPage.request = request;
@@ -244,6 +205,13 @@ async function compute(event) {
     }
   }
   say(`${info.name}: ${tensor.shape.join(" × ")} ${tensor.dtype}, hover a cell for its exact value.`);
+}
+function clearMethodResult() {
+  state.result = null;
+  window.posencPage.heatmap = null;
+  for (const id of ["m-heatmap", "m-profile"]) charts[id]?.clear();
+  $("#m-head").replaceChildren();
+  for (const id of ["#m-title", "#m-profile-note", "#m-error"]) $(id).textContent = "";
 }
 function asCurl({ path, body }) {
   const quoted = JSON.stringify(body).replaceAll("'", "'\\''");
@@ -286,7 +254,7 @@ async function setUpMethods() {
   select.value = "alibi" in state.methods ? "alibi" : list.data[0].name;
   select.addEventListener("change", selectMethod);
   selectMethod();
-  $("#m-form").addEventListener("submit", (event) => attempt(() => compute(event)));
+  $("#m-form").addEventListener("submit", (event) => attempt(() => compute(event), "#m-error"));
   $("#m-head").addEventListener("change", drawHeatmap);
   $("#m-curl").addEventListener("click", () => state.request && copy(asCurl(state.request)));
   $("#m-python").addEventListener("click", () => state.request && copy(asPython(state.request)));
@@ -310,8 +278,10 @@ function runsOf(layers) {
   return runs;
 }
 async function resolve(name) {
-  const answer = await api("POST", "v1/models/resolve", { config: configOf(name) });
   const root = side(name);
+  $(".c-warnings", root).replaceChildren(); // a failed resolve leaves no earlier answer behind
+  $(".c-layers", root).replaceChildren();
+  const answer = await api("POST", "v1/models/resolve", { config: configOf(name) });
   $(".c-warnings", root).replaceChildren(...answer.warnings.map((warning) => el("li", { "data-code": warning.code },
     el("strong", {}, warning.code), `: ${warning.message}`,
     el("br"), `layers: ${warning.layers.join(", ") || "all"}; evidence: `, el("code", {}, compact(warning.evidence)))));
@@ -333,6 +303,8 @@ async function compare(event) {
   const request = { setup_a: { config: configOf("a"), layer: Number($("#c-layer-a").value) },
     setup_b: { config: configOf("b"), layer: Number($("#c-layer-b").value) }, max_position: Number($("#c-max").value) };
   const tolerances = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1];
+  $("#c-result").textContent = "";
+  charts["c-chart"]?.clear();
   say("Comparing …");
   const answers = [];
   for (const tolerance of tolerances) {
@@ -368,169 +340,9 @@ async function setUpConfigs() {
       if (file) $(".c-config", root).value = await file.text();
       $(".c-preset", root).value = "";
     });
-    $(".c-resolve", root).addEventListener("click", () => attempt(() => resolve(name)));
+    $(".c-resolve", root).addEventListener("click", () => attempt(() => resolve(name), `.setup[data-side="${name}"] .c-error`));
   }
-  $("#c-compare").addEventListener("submit", (event) => attempt(() => compare(event)));
-}
-
-// ------------------------------------------------------------------------------------------------ jobs
-const TERMINAL = ["succeeded", "failed", "cancelled", "expired"];
-async function listJobs() {
-  const jobs = await api("GET", "v1/jobs?limit=10");
-  const rows = jobs.data.map((job) => {
-    const open = el("button", { type: "button" }, `Show ${job.id.slice(0, 8)}`);
-    open.addEventListener("click", () => attempt(() => watch(job.id)));
-    return el("tr", {}, el("td", {}, open), el("td", {}, job.kind), el("td", {}, job.status),
-      el("td", {}, (job.methods || []).join(", ")), // a summary: the whole spec is the job's own GET
-      el("td", {}, new Date(job.created_at).toLocaleString()));
-  });
-  $("#j-list").replaceChildren(el("caption", {}, `Recent jobs (${jobs.count})`),
-    el("tr", {}, ...["job", "kind", "status", "methods", "created"].map((c) => el("th", { scope: "col" }, c))), ...rows);
-}
-async function submitJob(event) {
-  event.preventDefault();
-  const body = JSON.parse($("#j-body").value);
-  const key = `page-${Date.now()}-${Math.random().toString(16).slice(2)}`;
-  const headers = { "Content-Type": "application/json", Accept: "application/json", "Idempotency-Key": key };
-  if (localStorage.getItem(KEY)) headers["X-API-Key"] = localStorage.getItem(KEY);
-  const response = await fetch("v1/jobs", { method: "POST", headers, body: JSON.stringify(body) });
-  const job = await response.json();
-  if (!response.ok) throw new Error(`v1/jobs: ${job.detail || job.title} (${response.status})`);
-  say(`Job ${job.id} submitted; estimate ${Math.round(job.estimate_s ?? 0)} s.`);
-  await watch(job.id);
-  await listJobs();
-}
-async function watch(id) {
-  clearTimeout(state.timer);
-  state.job = id;
-  state.losses = {}; // one line per stage ("train rope seed 1"): a multi-seed job's runs restart their steps
-  $("#j-current").hidden = false;
-  $("#j-id").textContent = id;
-  $("#j-status").textContent = "";
-  for (const node of ["#j-table", "#j-artifacts", "#j-events"]) $(node).replaceChildren();
-  $("#j-curve").hidden = true;
-  drawLoss({});
-  await poll();
-}
-async function poll() {
-  const id = state.job;
-  const job = await api("GET", `v1/jobs/${id}`);
-  if (id !== state.job) return;
-  const { progress } = job;
-  $("#j-status").textContent = job.status;
-  $("#j-stage").textContent = progress.stage || "";
-  const estimate = job.estimate_s == null ? "" : ` (estimated ${Math.round(job.estimate_s)} s at submission)`;
-  $("#j-eta").textContent = (progress.eta_s === null ? "–" : `${Math.round(progress.eta_s)} s`) + estimate;
-  $("#j-progress").max = Math.max(progress.total, 1);
-  $("#j-progress").value = progress.step;
-  $("#j-error").textContent = job.error || "";
-  $("#j-cancel").disabled = TERMINAL.includes(job.status);
-  if (progress.loss !== null) {
-    const line = (state.losses[progress.stage || "loss"] ||= []);
-    if (progress.step > (line.at(-1)?.[0] ?? -1)) line.push([progress.step, progress.loss]);
-  }
-  // the finished job's curve is its first seed's (the others: loss_curve.json among the artifacts)
-  drawLoss(job.result?.loss_curve ? { "loss (first seed)": job.result.loss_curve } : state.losses);
-  if (TERMINAL.includes(job.status)) {
-    showResult(job);
-    await showEvents(id);
-    await listJobs();
-    say(`Job ${id} ${job.status}.`, job.status !== "succeeded");
-    return;
-  }
-  state.timer = setTimeout(() => attempt(poll), 1000);
-}
-function drawLoss(lines) {
-  const names = Object.keys(lines).filter((name) => lines[name].length);
-  $("#j-loss").hidden = !names.length;
-  if (!names.length) return;
-  chart("j-loss", { title: { text: "training loss", textStyle: { fontSize: 13 } }, tooltip: { trigger: "axis" },
-    legend: { top: 0, right: 0 }, grid: { left: 60, right: 16, top: 36, bottom: 40 },
-    xAxis: { type: "value", name: "step", nameLocation: "middle", nameGap: 24 }, yAxis: { type: "value", scale: true },
-    series: names.map((name) => ({ type: "line", name, showSymbol: false, data: lines[name] })) });
-}
-function curves(job) {
-  const { result } = job;
-  const metric = result.data?.metric;
-  if (result.kind === "benchmark" && result.summary) {
-    return result.summary.filter((row) => row.metric === metric).map((row) => ({ ...row }));
-  }
-  if (result.kind !== "extrapolate") return [];
-  const bySize = {};
-  for (const row of result.rows) if (row[metric] !== null && row[metric] !== undefined) {
-    (bySize[row.size] ??= []).push(row[metric]);
-  }
-  return Object.entries(bySize).map(([size, seen]) => {
-    const mean = seen.reduce((a, b) => a + b, 0) / seen.length;
-    const std = Math.sqrt(seen.reduce((a, b) => a + (b - mean) ** 2, 0) / seen.length);
-    return { method: result.method, size: Number(size), mean, std, seeds: seen.length };
-  });
-}
-function showResult(job) {
-  if (!job.result) return;
-  const rows = curves(job);
-  if (rows.length) {
-    const methods = [...new Set(rows.map((row) => row.method))];
-    const sizes = [...new Set(rows.map((row) => row.size))].sort((a, b) => a - b);
-    // the spread is a band stacked on its lower edge: mean − std, then 2·std filled (one per method)
-    const series = methods.flatMap((method, index) => {
-      const at = (size) => rows.find((row) => row.method === method && row.size === size);
-      const pick = (value) => sizes.map((size) => (at(size) ? value(at(size)) : null));
-      const stack = `spread-${index}`;
-      return [
-        { type: "line", name: method, data: pick((r) => r.mean), z: 3 },
-        { type: "line", stack, data: pick((r) => r.mean - r.std), lineStyle: { opacity: 0 }, symbol: "none" },
-        { type: "line", stack, data: pick((r) => 2 * r.std), lineStyle: { opacity: 0 }, symbol: "none",
-          areaStyle: { opacity: 0.2 } },
-      ];
-    });
-    $("#j-curve").hidden = false;
-    const tip = (items) => items.filter((item) => methods.includes(item.seriesName)).map((item) => {
-      const row = rows.find((r) => r.method === item.seriesName && String(r.size) === item.name);
-      return row ? `${row.method} at ${row.size}: ${row.mean} ± ${row.std} (${row.seeds} seeds)` : "";
-    }).join("<br>");
-    chart("j-curve", { title: { text: `${job.result.data.metric} by ${job.result.data.unit} (mean ± std over seeds)`,
-      textStyle: { fontSize: 13 } }, tooltip: { trigger: "axis", formatter: tip }, legend: { top: 22, data: methods },
-    grid: { left: 60, right: 16, top: 56, bottom: 40 },
-    xAxis: { type: "category", name: `size (${job.result.data.unit})`, nameLocation: "middle", nameGap: 24, data: sizes },
-    yAxis: { type: "value", scale: true }, series });
-  }
-  if (job.result.kind === "benchmark" && job.result.summary) {
-    const columns = ["method", "size", "metric", "mean", "std", "seeds", "ratio"];
-    $("#j-table").replaceChildren(el("caption", {}, "Benchmark summary (mean over seeds; ratio to the training size)"),
-      el("tr", {}, ...columns.map((c) => el("th", { scope: "col" }, c))),
-      ...job.result.summary.map((row) => el("tr", {}, ...columns.map((c) => el("td", {}, String(row[c] ?? ""))))));
-  }
-  $("#j-artifacts").replaceChildren(...job.artifacts.map((artifact) => {
-    const button = el("button", { type: "button" }, `Download ${artifact.name}`);
-    button.addEventListener("click", () => attempt(() => download(artifact)));
-    return el("li", {}, button, artifact.size ? ` ${artifact.size} bytes` : "");
-  }));
-}
-async function download(artifact) {
-  const headers = localStorage.getItem(KEY) ? { "X-API-Key": localStorage.getItem(KEY) } : {};
-  const response = await fetch(artifact.url.replace(/^\//, ""), { headers });
-  if (!response.ok) throw new Error(`${artifact.url}: ${response.status}`);
-  const link = el("a", { href: URL.createObjectURL(await response.blob()), download: artifact.name.split("/").pop() });
-  link.click();
-  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
-}
-async function showEvents(id) {
-  const events = await api("GET", `v1/jobs/${id}/events`);
-  $("#j-events").replaceChildren(...events.data.map((event) => el("li", {}, `${event.at}: ${event.event}`)));
-}
-function setUpJobs() {
-  const select = $("#j-template");
-  for (const name of Object.keys(TEMPLATES)) select.append(el("option", { value: name }, name));
-  const fill = () => { $("#j-body").value = JSON.stringify(TEMPLATES[select.value], null, 1); };
-  select.addEventListener("change", fill);
-  fill();
-  $("#j-form").addEventListener("submit", (event) => attempt(() => submitJob(event)));
-  $("#j-refresh").addEventListener("click", () => attempt(listJobs));
-  $("#j-cancel").addEventListener("click", () => attempt(async () => {
-    await api("POST", `v1/jobs/${state.job}/cancel`);
-    say(`Cancel requested for ${state.job}.`);
-  }));
+  $("#c-compare").addEventListener("submit", (event) => attempt(() => compare(event), "#c-error"));
 }
 
 // ------------------------------------------------------------------------------------------------ start

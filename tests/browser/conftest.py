@@ -7,7 +7,8 @@ views call compute routes only); ``stack`` is ``posenc serve`` in a subprocess, 
 test also checks that the page sends the key it was given.
 
 Skipped, with the reason, only when Chromium or the playwright package is absent; CI (.ci/run) installs both.
-Screenshots go to ``$POSENC_ARTIFACTS/browser`` (default: ``<tmp>/posenc-browser-artifacts``).
+Screenshots go to each test's tmp dir (their paths printed), with a copy in ``$POSENC_ARTIFACTS/browser`` (default:
+``<tmp>/posenc-browser-artifacts``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class Session:
 
     page: Page
     url: str
-    directory: Path
+    directory: Path  # the test's own tmp dir
+    copies: Path  # the session's screenshot folder, where a copy of each goes
     errors: list[str] = field(default_factory=list)
 
     def open(self, view: str) -> None:
@@ -95,8 +97,10 @@ class Session:
         assert self.page.evaluate("localStorage.getItem('posenc.apiKey')") == API_KEY
 
     def screenshot(self, name: str) -> Path:
+        """A full-page screenshot in the test's tmp dir (its path printed), copied to the session's folder."""
         path = self.directory / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
+        shutil.copyfile(path, self.copies / path.name)
         print(f"screenshot: {path}")
         return path
 
@@ -105,14 +109,14 @@ class Session:
 
 
 @pytest.fixture
-def session(browser: Browser, artifacts: Path) -> Callable[..., Session]:
+def session(browser: Browser, artifacts: Path, tmp_path: Path) -> Callable[..., Session]:
     contexts = []
 
     def open_session(url: str, width: int = 1280, height: int = 900) -> Session:
         context = browser.new_context(viewport={"width": width, "height": height})
         contexts.append(context)
         page = context.new_page()
-        opened = Session(page, url, artifacts)
+        opened = Session(page, url, tmp_path, artifacts)
 
         def on_console(message: ConsoleMessage) -> None:
             if message.type == "error":

@@ -4,6 +4,7 @@ and its curves appear. Screenshots of every view are saved (see conftest)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -128,10 +129,10 @@ def test_the_page_is_keyboard_usable_and_fits_a_narrow_window(gateway: str, sess
     page.get_by_role("tab", name="Methods").focus()
     page.keyboard.press("ArrowRight")
     assert page.get_by_role("tab", name="Configs").get_attribute("aria-selected") == "true"
-    assert page.locator("#configs").is_visible()
-    assert not page.locator("#methods").is_visible()
+    assert page.locator("#view-configs").is_visible()
+    assert not page.locator("#view-methods").is_visible()
     page.keyboard.press("ArrowLeft")  # (not on to Jobs: this gateway has no Redis, so no job list)
-    assert page.locator("#methods").is_visible()
+    assert page.locator("#view-methods").is_visible()
     page.get_by_label("Heads").focus()
     page.keyboard.press("Enter")  # submits the form: the heatmap renders
     page.wait_for_function("window.posencPage.heatmap !== null")
@@ -151,10 +152,15 @@ def test_configs_view_shows_the_warning_and_compares(gateway: str, session: Call
     page = browser.page
     setup_a = page.locator('.setup[data-side="a"]')
     setup_b = page.locator('.setup[data-side="b"]')
+    # nothing to resolve yet: the message is said in that setup, under its button
+    setup_a.get_by_role("button", name="Resolve A").click()
+    setup_a.locator(".c-error", has_text="paste a config.json").wait_for()
+    assert setup_b.locator(".c-error").inner_text() == ""
     setup_a.get_by_label("config.json", exact=True).fill(json.dumps(BUGGY))
     setup_a.get_by_role("button", name="Resolve A").click()
     warning = setup_a.locator('li[data-code="sliding_layers_scaled"]')
     warning.wait_for()
+    assert setup_a.locator(".c-error").inner_text() == ""  # cleared by the next try
     assert "layers: 0, 1, 2" in warning.inner_text()
     assert '"factor":8' in warning.inner_text()  # the evidence
     assert "4 layers, 2 runs" in setup_a.locator("caption").inner_text()  # 0-2 sliding, 3 full
@@ -178,49 +184,75 @@ def test_configs_view_shows_the_warning_and_compares(gateway: str, session: Call
     browser.assert_no_errors()
 
 
-def test_jobs_view_runs_a_job_to_success(stack: Any, session: Callable[..., Any]) -> None:
-    browser = session(stack.url)
-    browser.open("jobs")
+LABELS = """(axisIndex) => {
+  const chart = window.posencPage.charts['m-heatmap'];
+  const axis = chart.getModel().getComponent(axisIndex === 0 ? 'xAxis' : 'yAxis', 0).axis;
+  return axis.getViewLabels().map((label) => axis.dataToCoord(label.tickValue));
+}"""
+
+
+def label_gaps(page: Any, axis: int) -> tuple[int, float]:
+    """How many tick labels an axis of the heatmap shows and the smallest distance (px) between two of them."""
+    coords = sorted(page.evaluate(f"({LABELS})({axis})"))
+    gaps = [b - a for a, b in itertools.pairwise(coords)]
+    return len(coords), min(gaps) if gaps else float("inf")
+
+
+@pytest.mark.parametrize(("width", "length"), [(1280, 16), (1280, 128), (420, 128)])
+def test_heatmap_axes_are_readable_at_every_size(
+    gateway: str, session: Callable[..., Any], width: int, length: int
+) -> None:
+    """Every label while they fit (16 keys); a large heatmap's labels thinned so that none overlap (3-digit labels
+    need about 24 px across, a line of text about 14 px down)."""
+    browser = session(gateway, width=width, height=900)
+    browser.open("methods")
     page = browser.page
-    page.get_by_label("Template").select_option("Train: RoPE on copy_single (about 5 s)")
-    page.get_by_role("button", name="Submit job").click()
-    page.locator("#j-status", has_text="succeeded").wait_for(timeout=120_000)
-    points = page.evaluate("window.posencPage.charts['j-loss'].getOption().series[0].data")
-    assert len(points) >= 2
-    job_id = page.locator("#j-id").inner_text()
-    with stack.client() as client:
-        job = client.get(f"/v1/jobs/{job_id}").json()
-    assert job["status"] == "succeeded"
-    assert points == job["result"]["loss_curve"]
-    page.get_by_role("button", name="Download loss_curve.json").wait_for()
-    assert page.locator("#j-events li").count() >= 2
-    assert page.locator("#j-list tr", has_text=job_id[:8]).count() == 1
-    browser.screenshot("jobs-train")
+    page.locator("#m-method").select_option("alibi")
+    page.get_by_label("Heads").fill("1")
+    page.get_by_label("Query length").fill(str(length))
+    compute(page)
+    across, gap_x = label_gaps(page, 0)
+    down, gap_y = label_gaps(page, 1)
+    assert gap_x >= 24, gap_x
+    assert gap_y >= 14, gap_y
+    if length == 16 and width == 1280:
+        assert across == down == 16  # nothing thinned while every label fits
+    else:
+        assert 4 <= across < length
+        assert 4 <= down < length
+    browser.screenshot(f"methods-heatmap-{length}-at-{width}px")
+    browser.assert_no_errors()
 
-    # the extrapolation curve with its spread over two seeds
-    page.get_by_label("Template").select_option("Extrapolate: RoPE on copy_single, 2 seeds (about 15 s)")
-    page.get_by_role("button", name="Submit job").click()
-    page.wait_for_function(f"document.querySelector('#j-id').textContent !== {json.dumps(job_id)}")
-    page.locator("#j-status", has_text="succeeded").wait_for(timeout=120_000)
-    option = page.evaluate("window.posencPage.charts['j-curve'].getOption()")
-    assert option["xAxis"][0]["data"] == [2, 4, 6, 8]
-    assert option["series"][0]["name"] == "rope"
-    assert len(option["series"]) == 3  # the mean, and the band: its lower edge and its width
-    means = option["series"][0]["data"]
-    with stack.client() as client:
-        rows = client.get(f"/v1/jobs/{page.locator('#j-id').inner_text()}").json()["result"]["rows"]
-    for size, mean in zip([2, 4, 6, 8], means, strict=True):
-        seen = [row["exact_match"] for row in rows if row["size"] == size]
-        assert len(seen) == 2  # two seeds
-        assert mean == pytest.approx(sum(seen) / 2)
-    browser.screenshot("jobs-extrapolate")
 
-    # cancel: a benchmark stopped from the page
-    extrapolated = page.locator("#j-id").inner_text()
-    page.get_by_label("Template").select_option(index=2)
-    page.get_by_role("button", name="Submit job").click()
-    page.wait_for_function(f"document.querySelector('#j-id').textContent !== {json.dumps(extrapolated)}")
-    page.get_by_role("button", name="Cancel job").click()
-    page.locator("#j-status", has_text="cancelled").wait_for(timeout=60_000)
-    browser.screenshot("jobs-cancelled")
+def test_no_scroll_on_load_and_a_failed_compute_clears_its_stale_result(
+    gateway: str, session: Callable[..., Any]
+) -> None:
+    browser = session(gateway)
+    browser.open("methods")
+    page = browser.page
+    assert page.evaluate("window.scrollY") == 0  # the address's #methods is no element's id
+    page.locator("#m-method").select_option("alibi")
+    compute(page)
+    assert page.locator("#m-title").inner_text().startswith("bias B")
+
+    # rope_yarn without its required factor: the API refuses it; nothing of alibi's stays under the new heading
+    page.locator("#m-method").select_option("rope_yarn")
+    page.get_by_role("button", name="Compute").click()
+    error = page.locator("#m-error")
+    error.filter(has_text="422").wait_for()
+    assert page.evaluate("window.posencPage.heatmap") is None
+    assert page.evaluate("window.posencPage.charts['m-heatmap'].getOption().series || []") == []
+    assert page.locator("#m-title").inner_text() == ""
+    assert page.locator("#m-head option").count() == 0
+    # the message sits right under the button that caused it, not only in the status line far above
+    button = page.get_by_role("button", name="Compute").bounding_box()
+    assert 0 <= error.bounding_box()["y"] - (button["y"] + button["height"]) < 40
+    browser.errors.clear()  # the refused request (422) is logged by Chromium
+    browser.screenshot("methods-failed-compute")
+
+    # the next good Compute clears the message
+    page.get_by_label("Factor *").fill("4")
+    page.get_by_label("Original Max Position Embeddings *").fill("16")
+    compute(page)
+    assert error.inner_text() == ""
     browser.assert_no_errors()

@@ -1,4 +1,4 @@
-"""bench/gpu_check.py (issue 24) on the CPU: every part runs at reduced sizes, and without CUDA the default
+"""bench/gpu_check.py on the CPU: every part runs at reduced sizes, and without CUDA the default
 ``--device cuda`` refuses at once.
 
 The first test is the script's own CPU run, ``--device cpu --quick``: a real redis-server, gateway and Celery

@@ -15,7 +15,8 @@ import pytest
 from posenc_client._gguf import GgufReadError, read_gguf
 
 from posenc.errors import InvalidInput
-from posenc.real_models.configs import resolve_config
+from posenc.pe.registry import get_method
+from posenc.real_models.configs import resolve_config, rope_frequencies
 from posenc.real_models.gguf_files import check_metadata, compare_with_config, config_from_gguf
 from posenc.real_models.presets import PRESETS
 from tests.helpers.gguf_writer import convert
@@ -37,11 +38,16 @@ def read_metadata(path: Path) -> Header:
 
 
 def assert_same_layers(config: Mapping[str, Any], other: Mapping[str, Any]) -> None:
+    """The same layers, params compared as the method runs them (a param left at its default is that value)."""
     expected, got = resolve_config(config).layers, resolve_config(other).layers
     assert len(got) == len(expected)
     for a, b in zip(expected, got, strict=True):
         for name in LAYER_FIELDS:
-            assert getattr(b, name) == getattr(a, name), (a.layer, name)
+            ours, theirs = getattr(a, name), getattr(b, name)
+            if name == "params" and a.method is not None and a.method == b.method:
+                method = get_method(a.method)
+                ours, theirs = method.parse_params(ours).model_dump(), method.parse_params(theirs).model_dump()
+            assert theirs == ours, (a.layer, name)
 
 
 def codes(warnings: Iterable[Any]) -> list[str]:
@@ -187,12 +193,11 @@ def test_deepseek_v3_converted_resolves_to_the_configs_layers(tmp_path: Path, ab
     assert converted["rope_scaling"]["mscale_all_dim"] == converted["rope_scaling"]["mscale"] == 1.0
     assert_same_layers(DEEPSEEK_V3, converted)
     assert compare_with_config(header.metadata, header.tensors, DEEPSEEK_V3) == []
-    # without beta_fast / beta_slow: both dropped, and the layers the same (32 and 1 are YaRN's defaults)
+    # without beta_fast / beta_slow: no warning, the frequencies are the same (deepseek2's loader runs 32 and 1,
+    # the config's values)
     betas = ["rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow"]
     header = read_metadata(convert(DEEPSEEK_V3, tmp_path / "b.gguf", arch="deepseek2", drop=betas))
-    warnings = compare_with_config(header.metadata, header.tensors, DEEPSEEK_V3)
-    assert codes(warnings) == ["gguf_field_dropped"] * 2
-    assert sorted(w.evidence["field"] for w in warnings) == ["rope_scaling.beta_fast", "rope_scaling.beta_slow"]
+    assert compare_with_config(header.metadata, header.tensors, DEEPSEEK_V3) == []
 
 
 def test_an_mscale_llama_cpp_cannot_hold_is_a_change_and_a_layer_difference(tmp_path: Path) -> None:
@@ -252,16 +257,17 @@ def test_nope_layers_no_key_sets_resolve_as_llama_cpp_runs_them(
     assert compare_with_config(header.metadata, header.tensors, config) == []
 
 
-def test_llama_4_with_a_zero_window_has_no_nope_layers() -> None:
-    """llama.cpp's llama4 loader: attention.sliding_window = 0 means no chunks, and RoPE on every layer."""
+def test_llama_4_with_a_zero_window_has_one_nope_layer_the_last() -> None:
+    """llama.cpp's llama4 loader: attention.sliding_window = 0 means no chunks and n_no_rope_layer_step =
+    n_layer, so that the last layer alone skips RoPE ((il + 1) % step == 0)."""
     metadata = {
         "general.architecture": "llama4", "llama4.block_count": 8, "llama4.embedding_length": 512,
         "llama4.attention.head_count": 4, "llama4.rope.freq_base": 5e5, "llama4.attention.sliding_window": 0,
     }  # fmt: skip
     converted = config_from_gguf(metadata).config
-    assert "no_rope_layer_interval" not in converted
+    assert converted["no_rope_layer_interval"] == 8
     assert "attention_chunk_size" not in converted
-    assert all(layer.method == "rope" for layer in resolve_config(converted).layers)
+    assert [layer.method for layer in resolve_config(converted).layers] == ["rope"] * 7 + [None]
 
 
 def test_yarn_log_mul_is_mscale_all_dim_itself_outside_deepseek2() -> None:
@@ -328,17 +334,17 @@ def test_a_renamed_freq_base_is_a_warning_naming_both_keys(tmp_path: Path) -> No
     assert layers.evidence["gguf"]["params"]["base"] == 10000.0
 
 
-def test_a_legacy_linear_scale_key_is_a_rename(tmp_path: Path) -> None:
+def test_the_legacy_linear_scale_key_is_llama_cpp_s_fallback(tmp_path: Path) -> None:
+    """load_hparams reads rope.scale_linear when rope.scaling.factor is absent: the GGUF scales by it (was: read
+    as a rename, the layers unscaled, 4x off)."""
     config = PRESETS["qwen3-8b"] | {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}
     path = convert(config, tmp_path / "q.gguf", drop=["rope.scaling.factor"], extra={"qwen3.rope.scale_linear": 4.0},
                    arch="qwen3")  # fmt: skip
     header = read_metadata(path)
-    renamed = [
-        w for w in compare_with_config(header.metadata, header.tensors, config) if w.code == "gguf_field_renamed"
-    ]
-    assert [(w.evidence["field"], w.evidence["gguf_key_found"]) for w in renamed] == [
-        ("rope_scaling.factor", "qwen3.rope.scale_linear")
-    ]
+    converted = config_from_gguf(header.metadata, header.tensors)
+    assert converted.config["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
+    assert converted.origins["rope_scaling.factor"] == "qwen3.rope.scale_linear"
+    assert compare_with_config(header.metadata, header.tensors, config) == []
 
 
 def test_sliding_window_patterns_map_to_layer_types() -> None:
@@ -464,3 +470,25 @@ def test_metadata_without_an_architecture_or_with_a_bad_value_is_refused_at_its_
     with pytest.raises(InvalidInput) as error:
         config_from_gguf({"general.architecture": "llama", "llama.rope.scaling.type": "ntk"})
     assert error.value.loc == ("metadata", "llama.rope.scaling.type")
+
+
+def test_kimi_k2_s_betas_deepseek2_does_not_read_are_a_warning(tmp_path: Path) -> None:
+    """Kimi K2's YaRN has beta_fast = 1; its GGUF (deepseek2) holds the key, but only the mistral3 and grok loaders
+    read it: llama.cpp runs 32, and the pairs between the correction bounds turn at other frequencies."""
+    config = PRESETS["kimi-k2"]
+    header = read_metadata(convert(config, tmp_path / "kimi.gguf", arch="deepseek2"))
+    assert header.metadata["deepseek2.rope.scaling.yarn_beta_fast"] == 1.0
+    converted = config_from_gguf(header.metadata, header.tensors)
+    assert converted.ignored == {"beta_fast": ("deepseek2.rope.scaling.yarn_beta_fast", 1.0, 32.0)}
+    warnings = compare_with_config(header.metadata, header.tensors, config)
+    assert codes(warnings) == ["gguf_field_ignored", "gguf_layers_differ"]
+    ours = resolve_config(config).layers[0]
+    theirs = resolve_config(converted.config).layers[0]
+    assert (ours.params["beta_fast"], theirs.params["beta_fast"]) == (1.0, 32.0)
+    ratio = (
+        rope_frequencies(theirs.method or "", theirs.params, theirs.rotary_dim).inv_freq
+        / rope_frequencies(ours.method or "", ours.params, ours.rotary_dim).inv_freq
+    )
+    changed = (ratio - 1).abs() > 1e-6  # the pairs between the correction bounds that beta_fast = 32 moves
+    assert bool(changed.any())
+    assert bool((ratio[changed] < 1).all())  # turned slower: interpolated where Kimi's own run extrapolates

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.compute import prepare
@@ -25,6 +27,7 @@ from posenc.real_models.configs import (
     resolve_config,
     text_config,
 )
+from posenc.real_models.model_types import RECORDS, model_type_record
 from posenc.real_models.presets import PRESETS
 from posenc.schemas.compute import RotaryRequest
 
@@ -481,7 +484,22 @@ def test_every_model_type_default_is_the_one_its_transformers_config_class_fills
     if key == "rope_scaling":  # the class's whole rope dict (gpt-oss: its YaRN), θ checked apart
         assert {k: v for k, v in rope.items() if k != "rope_theta"} == MODEL_TYPE_DEFAULTS[model_type][key]
         return
-    value = getattr(text, key, None)
+    if key == "rope_parameters" and "rope_type" in MODEL_TYPE_DEFAULTS[model_type][key]:
+        # a flat class dict (Ministral 3, Mistral 4): every key filled here is the class's; the class's others are
+        # derived from the config (max_position_embeddings; Mistral 4's partial rotation: its MLA rope part) or
+        # the older spelling of rope_type
+        filled = MODEL_TYPE_DEFAULTS[model_type][key]
+        assert {k: rope[k] for k in filled} == filled
+        assert set(rope) - set(filled) <= {"type", "max_position_embeddings", "partial_rotary_factor"}
+        return
+    if key == "global_head_dim":  # Gemma 4: the full-attention layers' head size, in their per-layer configs
+        full = text.layer_types.index("full_attention")
+        assert text.per_layer_config[full].head_dim == MODEL_TYPE_DEFAULTS[model_type][key]
+        return
+    try:
+        value = getattr(text, key, None)
+    except AmbiguousGlobalPerLayerAttributeError:  # Gemma 4's head_dim: the sliding layers'
+        value = getattr(text.per_layer_config[text.layer_types.index("sliding_attention")], key)
     if value is None:  # transformers 5 keeps rope_theta and partial_rotary_factor in the rope dict
         value = rope.get(key, (rope.get("full_attention") or {}).get(key))
     assert value == MODEL_TYPE_DEFAULTS[model_type][key]
@@ -504,50 +522,79 @@ def test_every_presets_model_type_has_its_config_class_default_theta() -> None:
             assert MODEL_TYPE_DEFAULTS.get(model_type, {}).get("rope_theta") == default, model_type
 
 
+# a preset of each model type whose rotary code ignores partial rotation (for the default rope type or for every
+# rope type); one without a preset of its own borrows a sibling's config under its own model_type, or is a small
+# config of its own
 WHOLE_HEAD_PRESETS = {
-    (config.get("text_config") or config)["model_type"]: name
+    model_type_record((config.get("text_config") or config)["model_type"]).model_type: name
     for name, config in PRESETS.items()
     if name in HF_PRESETS and (config.get("text_config") or config)["model_type"] in WHOLE_HEAD_MODEL_TYPES
 }
+WHOLE_HEAD_SIBLINGS = {"qwen2_vl": "qwen2.5-vl-7b", "deepseek_v2": "deepseek-v3"}
+WHOLE_HEAD_RECORDS = sorted(record.model_type for record in RECORDS if record.partial_rotary_ignored is not None)
 
 
-def _with_partial_rotary(name: str, rope: dict[str, Any] | None) -> dict[str, Any]:
-    config = copy.deepcopy(PRESETS[name])
+def _whole_head_preset(model_type: str) -> dict[str, Any]:
+    if model_type in WHOLE_HEAD_PRESETS:
+        return copy.deepcopy(PRESETS[WHOLE_HEAD_PRESETS[model_type]])
+    if model_type not in WHOLE_HEAD_SIBLINGS:  # a small config of the model type, its class filling the rest
+        return {"model_type": model_type, "hidden_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2,
+                "head_dim": 128, "max_position_embeddings": 8192}  # fmt: skip
+    config = copy.deepcopy(PRESETS[WHOLE_HEAD_SIBLINGS[model_type]])
+    config["model_type"] = model_type
+    return config
+
+
+def _with_partial_rotary(model_type: str, rope: dict[str, Any]) -> dict[str, Any]:
+    """The model type's config with ``rope`` (θ 1e4) and partial_rotary_factor 0.5 at the top level; a model type
+    whose rotary reads only rope dicts per layer type (Gemma 4) gets ``rope`` for its full-attention layers."""
+    config = _whole_head_preset(model_type)
     text = config.get("text_config", config)
     for key in ("rope_scaling", "rope_parameters"):
         text.pop(key, None)
     text["rope_theta"] = 10000.0
-    if rope is not None:
+    record = model_type_record(model_type)
+    if record.rope_per_layer_type and record.layer_type_rope is None:
+        text["rope_parameters"] = {
+            "full_attention": {**rope, "rope_theta": 10000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        }
+    else:
         text["rope_scaling"] = rope
     text["partial_rotary_factor"] = 0.5
     return config
 
 
-@pytest.mark.parametrize("model_type", sorted(WHOLE_HEAD_MODEL_TYPES))
+@pytest.mark.parametrize("model_type", WHOLE_HEAD_RECORDS)
 def test_a_partial_rotary_on_default_rope_is_ignored_where_transformers_ignores_it(model_type: str) -> None:
-    """Each model type of WHOLE_HEAD_MODEL_TYPES (with a preset) rotates the whole head in transformers
-    when its config asks for default RoPE on half of it: resolved so, with partial_rotary_ignored; with a scaled
-    rope type transformers reads the fraction (its frequencies narrow) and the warning says it does not fit."""
-    assert model_type in WHOLE_HEAD_PRESETS, f"no preset of {model_type} to check it against"
-    config = _with_partial_rotary(WHOLE_HEAD_PRESETS[model_type], None)
+    """Each model type whose record says its rotary code ignores partial rotation rotates the whole head (an MLA
+    head: its whole rope part) in transformers when its config asks for default RoPE on half of it: resolved so,
+    with partial_rotary_ignored; with a scaled rope type transformers reads the fraction (its frequencies narrow)
+    and the warning says it does not fit, unless (Qwen2-VL, Qwen2.5-VL) it ignores it for every rope type."""
+    config = _with_partial_rotary(model_type, {"rope_type": "default"})
     resolved = resolve_config(config)
     rotary = hf_rotary(hf_text_config(config))
     for layer in resolved.layers:
         if layer.method is not None:
             expected, _ = hf_frequencies(rotary, layer.layer_type)
-            assert our_inv_freq(layer).shape == expected.shape == (layer.head_dim // 2,)
+            whole = layer.head_dim - layer.rotary_slice[0]  # (MLA: the rope part after qk_nope_head_dim)
+            assert our_inv_freq(layer).shape == expected.shape == (whole // 2,)
     assert "partial_rotary_ignored" in {warning.code for warning in resolved.warnings}
-    scaled = _with_partial_rotary(WHOLE_HEAD_PRESETS[model_type], {"rope_type": "linear", "factor": 2.0})
+    scaled = _with_partial_rotary(model_type, {"rope_type": "linear", "factor": 2.0})
+    every_type = WHOLE_HEAD_MODEL_TYPES[model_type]  # the whole head whatever the rope type (Qwen2.5-VL)
     resolved = resolve_config(scaled)
-    rotary = hf_rotary(hf_text_config(scaled))
+    code = "partial_rotary_ignored" if every_type else "partial_rotary_does_not_fit"
+    assert code in {warning.code for warning in resolved.warnings}
+    try:
+        rotary = hf_rotary(hf_text_config(scaled))
+    except StrictDataclassClassValidationError:  # Phi-MoE's class takes LongRoPE's scaling only: warned above
+        return
     full = next(
         layer for layer in resolved.layers if layer.method is not None and layer.layer_type != "sliding_attention"
     )
     expected, _ = hf_frequencies(rotary, full.layer_type)
-    every_type = WHOLE_HEAD_MODEL_TYPES[model_type]  # the whole head whatever the rope type (Qwen2.5-VL)
-    assert our_inv_freq(full).shape == expected.shape == (full.head_dim // (2 if every_type else 4),)
-    code = "partial_rotary_ignored" if every_type else "partial_rotary_does_not_fit"
-    assert code in {warning.code for warning in resolved.warnings}
+    whole = full.head_dim - full.rotary_slice[0]
+    assert our_inv_freq(full).shape == expected.shape == (whole // (2 if every_type else 4),)
 
 
 def test_a_gemma_config_without_head_dim_rotates_transformers_default_256() -> None:
@@ -620,7 +667,6 @@ def test_mrope_sections_that_do_not_cover_the_rotated_pairs_are_refused_at_the_k
             {"text_config": {**BASE, "rope_parameters": {**YARN_DICT, "beta_slow": 64.0}}},
             ("text_config", "rope_parameters", "beta_slow"),
         ),
-        ({"text_config": {**BASE, "rope_scaling": {**YARN_DICT, "mscale": 1.0}}}, ("text_config", "rope_scaling")),
         (
             {
                 **BASE,
@@ -659,9 +705,15 @@ def test_converting_a_preset_between_dialects_keeps_every_layer(name: str) -> No
     as_v5 = convert_config(PRESETS[name], "v5")
     assert "rope_scaling" not in text_config(as_v5)
     assert [layer.to_json() for layer in resolve_config(as_v5).layers] == original
-    back = convert_config(as_v5, "v4")
-    assert "rope_parameters" not in text_config(back)
-    assert [layer.to_json() for layer in resolve_config(back).layers] == original
+    record = model_type_record(text_config(PRESETS[name]).get("model_type"))
+    if record.rope_per_layer_type and record.layer_type_rope is None:  # Gemma 4: no v4 spelling transformers reads
+        with pytest.raises(InvalidInput) as refused:
+            convert_config(as_v5, "v4")
+        assert refused.value.loc == ("to",)
+    else:
+        back = convert_config(as_v5, "v4")
+        assert "rope_parameters" not in text_config(back)
+        assert [layer.to_json() for layer in resolve_config(back).layers] == original
     # transformers reads the v5 spelling to the same frequencies (where a layer rotates at all: not Kimi Linear)
     layer = next((layer for layer in resolve_config(as_v5).layers if layer.method is not None), None)
     if layer is None:

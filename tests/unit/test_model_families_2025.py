@@ -192,9 +192,9 @@ def test_gemma4_global_layers_pad_the_unrotated_pairs_and_divide_by_the_whole_he
 
 def test_gemma4_as_a_generic_partial_rotary_is_what_the_doctor_and_the_reference_flag() -> None:
     """A port that reads the global layers' partial_rotary_factor as an ordinary partial rotary (the rotated slice
-    narrowed to 128 features, ω over 128 instead of 512): the doctor warns, and it is not what Gemma 4 runs."""
+    narrowed to 128 features, ω over 128 instead of 512, as a scaled rope type narrows it): the doctor warns."""
     config = copy.deepcopy(PRESETS["gemma-4-26b-a4b"])
-    config["text_config"]["rope_parameters"]["full_attention"]["rope_type"] = "default"
+    config["text_config"]["rope_parameters"]["full_attention"] |= {"rope_type": "linear", "factor": 1.0}
     resolved = resolve_config(config)
     [warning] = [w for w in resolved.warnings if w.code == "partial_rotary_not_proportional"]
     assert warning.layers == [5, 11, 17, 23, 29]
@@ -463,14 +463,15 @@ def test_kimi_linear_rotates_nothing_as_its_transformers_code() -> None:
 
 
 def test_kimi_linear_mla_layers_given_rope_are_what_the_doctor_warns_about() -> None:
-    """A Kimi Linear config without mla_use_nope (or false) rotates the MLA layers' rope part as vLLM does; the
-    model's own code never does: the doctor warns, on exactly the MLA layers."""
+    """Without mla_use_nope, vLLM rotates Kimi Linear's MLA rope part; its own code (no rotary embedding at all)
+    never does: resolved without rotation, as transformers runs it, and warned on exactly the MLA layers."""
     config = without(PRESETS["kimi-linear-48b-a3b"], "mla_use_nope")
     resolved = resolve_config(config)
     mla = [layer.layer for layer in resolved.layers if layer.layer_type == "full_attention"]
     [warning] = [w for w in resolved.warnings if w.code == "mla_rope_in_nope_model"]
     assert warning.layers == mla
-    assert all(resolved.layers[index].method is not None for index in mla)
+    assert all(layer.method is None for layer in resolved.layers)
+    assert not [n for n in dir(hf_module(hf_text(config))) if n.endswith("RotaryEmbedding")]
     assert warning.evidence["model_code"] == "NoPE"
 
 

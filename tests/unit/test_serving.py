@@ -18,6 +18,7 @@ from posenc.real_models.serving import (
     Schedules,
     ServeReport,
     ServingLayer,
+    TransformersRotaryState,
     VariantResult,
     WrongEntry,
     serve_check,
@@ -32,6 +33,7 @@ SIZES: dict[str, Any] = {
     "documents": [12, 20, 8],
     "sinks": 3,
     "window": 10,
+    "requests": [40, 30, 10, 24],
 }
 ORIGINAL = 16  # dynamic NTK's original_max_position_embeddings: inside the 40 tokens, so it scales mid-sequence
 FLOOR_SCALE = 4  # Llama 4's temperature steps every floor_scale positions (8192 in the model; 4 to see it here)
@@ -285,6 +287,12 @@ def test_bad_params_and_sizes_name_their_field() -> None:
     with pytest.raises(InvalidInput) as documents:
         Schedules.build(8, documents=[4000, 4000])
     assert documents.value.loc == ("documents",)
+    with pytest.raises(InvalidInput) as request:
+        Schedules.build(8, requests=[8, 0])
+    assert request.value.loc == ("requests", 1)
+    with pytest.raises(InvalidInput) as requests:
+        Schedules.build(8, requests=[8] * 17)
+    assert requests.value.loc == ("requests",)
 
 
 def test_the_report_as_json_names_every_variant_and_summarises() -> None:
@@ -293,6 +301,109 @@ def test_the_report_as_json_names_every_variant_and_summarises() -> None:
     assert data["schedules"]["chunk_sizes"] == SIZES["chunk_sizes"]
     labels = [variant["label"] for variant in data["variants"]]
     assert len(labels) == len(set(labels))
-    assert set(data["summary"]) == {"correct_exact", "differs", "sensitive_to", "equivalent_for_this_setup"}
+    assert set(data["summary"]) == {
+        "correct_exact",
+        "differs",
+        "sensitive_to",
+        "equivalent_for_this_setup",
+        "transformers_differs",
+    }
+    assert data["schedules"]["requests"] == SIZES["requests"]
     caught = next(v for v in data["variants"] if v["label"] == "packed_without_document_mask")
     assert caught["first_wrong"] == {"sequence": 0, "query": SECOND_DOCUMENT, "key": 0}
+
+
+# ------------------------------------------------------------------------------------------------ transformers
+def test_transformers_rotary_state_grows_keeps_and_resets_as_its_dynamic_update() -> None:
+    """transformers' dynamic update: a call longer than the cached length grows it; one shorter than the original
+    max position resets it (once it had grown); any other call keeps the cached length's frequencies."""
+    state = TransformersRotaryState(ORIGINAL)
+    assert state.cached == ORIGINAL  # the rotary embedding starts with the original max position cached
+    # 40 grows; 30 >= ORIGINAL keeps 40; 10 < ORIGINAL resets; 24 grows from the original; 16 keeps 24
+    assert state.calls([40, 30, 10, 24, ORIGINAL]) == [40, 40, ORIGINAL, 24, 24]
+    # below the original max position from a fresh state: the original frequencies, nothing to reset
+    assert TransformersRotaryState(ORIGINAL).calls([3, 9]) == [ORIGINAL, ORIGINAL]
+    # any other method: each call its own length (LongRoPE picks its factors per call)
+    assert TransformersRotaryState(None).calls([40, 30, 10]) == [40, 30, 10]
+    assert _method("rope_dynamic_ntk", {"factor": 2.0, "original_max_position_embeddings": 12}).dynamic_original == 12
+    assert _method("rope_longrope", {**_LONGROPE, "original_max_position_embeddings": 12}).dynamic_original is None
+
+
+_LONGROPE = {"short_factor": [1.0] * 8, "long_factor": [4.0] * 8, "max_position_embeddings": 4 * ORIGINAL}
+
+
+@pytest.mark.parametrize("name", ["rope", "rope_yarn", "llama4_nope_temperature", "alibi", "nope"])
+def test_transformers_variants_are_exact_where_nothing_reads_the_length(name: str) -> None:
+    report = _report(name)
+    engine = [variant for variant in report.variants if variant.schedule == "transformers"]
+    # chunked prefill per chunk size, generate(), the requests, the padded batch
+    assert len(engine) == len(SIZES["chunk_sizes"]) + 3
+    slots = name == "llama4_nope_temperature"  # transformers' Llama 4 takes τ from the cache slots
+    for variant in engine:
+        if slots and variant.name == "transformers_left_padded_batch":
+            continue
+        assert (variant.max_error, variant.first_wrong, variant.verdict) == (0.0, None, "exact"), variant
+    assert report.summary()["transformers_differs"] == (["transformers_left_padded_batch"] if slots else [])
+
+
+def test_llama4_temperature_in_a_transformers_batch_is_taken_at_the_slots() -> None:
+    """transformers' Llama 4 scales the queries of its NoPE layers by τ of arange(tokens) + past_seen_tokens: in
+    a left-padded batch, the padding counted, as the slot_positions bug does."""
+    report = _report("llama4_nope_temperature")
+    batch = _variant(report, "transformers_left_padded_batch")
+    assert _first(report, "transformers_left_padded_batch") == _first(report, "slot_positions")
+    width = max(SIZES["batch_lengths"])
+    for row, count in enumerate(SIZES["batch_lengths"]):
+        shifted = any(_steps(n + width - count) != _steps(n) for n in range(count))
+        assert (batch.sequence_errors[row] > 0.0) == shifted, (row, batch.sequence_errors)
+
+
+def test_dynamic_ntk_in_transformers_differs_in_short_rows_stale_keys_and_after_longer_requests() -> None:
+    report = _report("rope_dynamic_ntk")
+    # the padded batch is rotated for its longest row (40 > ORIGINAL): that row is exact, the shorter ones are not
+    batch = _variant(report, "transformers_left_padded_batch")
+    assert len(batch.sequence_errors) == len(SIZES["batch_lengths"])
+    assert batch.sequence_errors[0] == 0.0
+    assert min(batch.sequence_errors[1:]) > report.tolerance
+    assert max(batch.sequence_errors) == batch.max_error
+    assert _first(report, "transformers_left_padded_batch") == (1, 1, 0)
+    # requests 40, 30, 10, 24: 30 keeps 40's frequencies; 10 resets; 24 grows from the original like a fresh model
+    requests = _variant(report, "transformers_requests")
+    assert [error > report.tolerance for error in requests.sequence_errors] == [False, True, False, False]
+    assert requests.sequence_errors[2:] == [0.0, 0.0]
+    assert _first(report, "transformers_requests") == (1, 1, 0)
+    # after them the state holds 24: a chunk ending at 16 (not below ORIGINAL) is rotated for 24, from query 1 on
+    assert _first(report, "transformers_chunked_prefill[chunk=16]") == (0, 1, 0)
+    # chunks of 8 end at 8 < ORIGINAL first (a reset), then grow with every chunk: the stale cache of a fresh model
+    stale = _variant(report, "stale_cached_keys[chunk=8]")
+    engine = _variant(report, "transformers_chunked_prefill[chunk=8]")
+    assert (engine.max_error, engine.first_wrong) == (stale.max_error, stale.first_wrong)
+    # generate(): the prefill (10 < ORIGINAL) resets too, then every step grows: the stale decode
+    stale_decode = _variant(report, f"stale_cached_keys_decode[prefill={SIZES['prefill']}]")
+    decode = _variant(report, f"transformers_decode[prefill={SIZES['prefill']}]")
+    assert (decode.max_error, decode.first_wrong) == (stale_decode.max_error, stale_decode.first_wrong)
+    assert "transformers_left_padded_batch" in report.summary()["transformers_differs"]
+
+
+def test_longrope_in_transformers_carries_no_state_but_reads_the_batch_length() -> None:
+    layer = _method("rope_longrope", {**_LONGROPE, "original_max_position_embeddings": ORIGINAL})
+    sizes = Schedules.build(40, [8], 10, [40, 12, 30], [20, 20], 2, 8, [40, 12, 30])
+    report = serve_check(layer, sizes, seed=3)
+    # each request picks its factors for its own length, whatever came before
+    assert _variant(report, "transformers_requests").sequence_errors == [0.0, 0.0, 0.0]
+    # in the batch every row gets the long factors of the 40-token row: only the 12-token row (short factors
+    # alone) changes, the 30-token row has the long ones either way
+    batch = _variant(report, "transformers_left_padded_batch")
+    assert batch.sequence_errors[0] == batch.sequence_errors[2] == 0.0
+    assert batch.sequence_errors[1] > report.tolerance
+
+
+def test_a_scaled_m_rope_layer_is_refused_naming_its_method() -> None:
+    """Qwen2.5-VL with a dynamic rope dict turns a dynamic NTK table by its sections (3-axis positions): the
+    simulator runs 1D sequences and says so at the config's method, rather than rotating by one axis."""
+    config = {"model_type": "qwen2_5_vl", "hidden_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "max_position_embeddings": 16, "rope_theta": 10000.0,
+              "rope_scaling": {"rope_type": "dynamic", "factor": 2.0, "mrope_section": [16, 24, 24]}}  # fmt: skip
+    with pytest.raises(InvalidInput, match="3-axis") as refused:
+        serving_layer(None, {}, None, None, config, 0)
+    assert refused.value.loc == ("config", "method")

@@ -1,6 +1,6 @@
-"""What ``Client`` and ``AsyncClient`` share: configuration, headers, the retry policy and error mapping.
+"""What Client and AsyncClient share: configuration, headers, the retry policy and error mapping.
 
-The two clients differ only in how they wait and send (``time.sleep`` vs ``asyncio.sleep``, a sync or an
+The two clients differ only in how they wait and send (time.sleep vs asyncio.sleep, a sync or an
 async transport); every decision is made here.
 """
 
@@ -10,7 +10,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal, TypeVar, cast
 
 from posenc_client._backends import ReturnFormat
 from posenc_client._constants import (
@@ -32,6 +32,7 @@ from posenc_client._version import __version__
 logger = logging.getLogger("posenc_client")
 
 UploadMode = Literal["auto", "json", "safetensors"]
+ResourceT = TypeVar("ResourceT")
 RetryHook = Callable[[RetryEvent], None]
 
 
@@ -104,16 +105,16 @@ class BaseClient:
     ) -> None:
         """
         Args:
-            base_url: the gateway; default ``$POSENC_BASE_URL``, else ``http://127.0.0.1:8000``.
-            api_key: sent as ``X-API-Key``; default ``$POSENC_API_KEY`` (none when unset).
-            timeout: seconds for a whole request (None: no limit); ``connect_timeout`` for connecting.
+            base_url: the gateway; default $POSENC_BASE_URL, else http://127.0.0.1:8000.
+            api_key: sent as X-API-Key; default $POSENC_API_KEY (none when unset).
+            timeout: seconds for a whole request (None: no limit); connect_timeout for connecting.
             max_retries: retries after a connection error, timeout, 408, 429, 502, 503 or 504 (0: none).
             max_retry_after: the longest Retry-After the client waits out; a longer one raises at once.
-            return_format: how tensors come back: ``"auto"`` (torch if installed, else numpy, else lists),
-                ``"torch"``, ``"numpy"`` or ``"list"``; each compute call can override it.
-            upload: how input tensors travel: ``"auto"`` (inline JSON up to 4096 elements, else a safetensors
-                body), ``"json"`` or ``"safetensors"``.
-            on_retry: called with a :class:`RetryEvent` before each wait (logging, metrics, tests).
+            return_format: how tensors come back: "auto" (torch if installed, else numpy, else lists),
+                "torch", "numpy" or "list"; each compute call can override it.
+            upload: how input tensors travel: "auto" (inline JSON up to 4096 elements, else a safetensors
+                body), "json" or "safetensors".
+            on_retry: called with a RetryEvent before each wait (logging, metrics, tests).
             default_headers: extra headers on every request.
         """
         self._options = resolve_options(
@@ -129,16 +130,27 @@ class BaseClient:
             default_headers=default_headers,
         )
 
+    def _resource(self, name: str, build: Callable[[], ResourceT]) -> ResourceT:
+        """The resource called name, built by build() on first use and kept for the client's life (the
+        resources are properties, each with a docstring, so help(Client) describes them)."""
+        cache: dict[str, Any] = self.__dict__.setdefault("_resources", {})
+        if name not in cache:
+            cache[name] = build()
+        return cast(ResourceT, cache[name])
+
     @property
     def base_url(self) -> str:
+        """The gateway this client talks to."""
         return self._options.base_url
 
     @property
     def max_retries(self) -> int:
+        """How many times a failed request is retried (connection errors, 408, 429, 502, 503, 504)."""
         return self._options.retry.max_retries
 
     @property
     def options(self) -> ClientOptions:
+        """Everything the client was configured with (base URL, key, timeouts, retry policy, formats)."""
         return self._options
 
     def _copy_options(self, **changes: object) -> ClientOptions:

@@ -1,4 +1,6 @@
-"""``Client`` (blocking) and ``AsyncClient`` (asyncio): the same options, resources and retry policy."""
+"""Client (blocking) and AsyncClient (asyncio): the same options, resources and retry policy.
+
+Each resource is a read-only property with a one-line docstring, so help(Client) lists what it offers."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def _partial_path(target: Path) -> Path:
 
 
 class Client(BaseClient):
-    """Blocking client. Use as a context manager, or call :meth:`close`.
+    """Blocking client. Use it as a context manager, or call close() when done.
 
     >>> with Client() as client:                      # POSENC_BASE_URL, POSENC_API_KEY
     ...     bias = client.bias.compute("alibi", num_heads=8, query_length=128).bias
@@ -47,59 +49,68 @@ class Client(BaseClient):
         )
 
     # ---------------------------------------------------------------------------------------- resources
-    @cached_property
+    @property
     def methods(self) -> Methods:
+        """The registered methods: list(kind=...) and get(name), with parameter schemas, conventions and papers."""
         from posenc_client.resources.methods import Methods
 
-        return Methods(self)
+        return self._resource("methods", lambda: Methods(self))
 
-    @cached_property
+    @property
     def tasks(self) -> Tasks:
+        """The job tasks: list() gives each task's family, unit, size fields and metrics, the suites and patterns."""
         from posenc_client.resources.tasks import Tasks
 
-        return Tasks(self)
+        return self._resource("tasks", lambda: Tasks(self))
 
-    @cached_property
+    @property
     def models(self) -> Models:
+        """Real models' configs: presets (list, get), resolve(config) into per-layer rotations, convert, gguf."""
         from posenc_client.resources.models import Models
 
-        return Models(self)
+        return self._resource("models", lambda: Models(self))
 
-    @cached_property
+    @property
     def rope(self) -> Rope:
+        """Rotary diagnostics: frequencies, precision, compare, decode, serve_check, temperature, position_ids."""
         from posenc_client.resources.rope import Rope
 
-        return Rope(self)
+        return self._resource("rope", lambda: Rope(self))
 
-    @cached_property
+    @property
     def bias(self) -> Bias:
+        """Attention biases of the bias methods (ALiBi, T5, KERPLE, FIRE, ...): compute(), or save() to a file."""
         from posenc_client.resources.bias import Bias
 
-        return Bias(self)
+        return self._resource("bias", lambda: Bias(self))
 
-    @cached_property
+    @property
     def rotary(self) -> Rotary:
+        """Rotary methods (RoPE and its scalings) applied to q and k: apply(), with the cos/sin tables on request."""
         from posenc_client.resources.rotary import Rotary
 
-        return Rotary(self)
+        return self._resource("rotary", lambda: Rotary(self))
 
-    @cached_property
+    @property
     def encodings(self) -> Encodings:
+        """Absolute encodings P (sinusoidal, axial, 2D/3D, learned, graph): compute()."""
         from posenc_client.resources.encodings import Encodings
 
-        return Encodings(self)
+        return self._resource("encodings", lambda: Encodings(self))
 
-    @cached_property
+    @property
     def attention(self) -> Attention:
+        """Attention maps with any method applied by its kind, the output with v, and statistics: compute()."""
         from posenc_client.resources.attention import Attention
 
-        return Attention(self)
+        return self._resource("attention", lambda: Attention(self))
 
-    @cached_property
+    @property
     def jobs(self) -> Jobs:
+        """Queued jobs (train, extrapolate, benchmark, compute): create, get, list, wait, cancel, events, artifacts."""
         from posenc_client.resources.jobs import Jobs
 
-        return Jobs(self)
+        return self._resource("jobs", lambda: Jobs(self))
 
     # ------------------------------------------------------------------------------------------ sending
     def _request(self, request: HTTPRequest) -> HTTPResponse:
@@ -121,7 +132,7 @@ class Client(BaseClient):
             retries_done += 1
 
     def _download(self, request: HTTPRequest, target: Path) -> HTTPResponse:
-        """Stream a body to ``target`` (via a ``.part`` file, so a failed download leaves nothing behind)."""
+        """Stream a body to target (via a .part file, so a failed download leaves nothing behind)."""
         partial = _partial_path(target)
         retries_done = 0
         try:
@@ -148,6 +159,7 @@ class Client(BaseClient):
 
     # ---------------------------------------------------------------------------------------- lifecycle
     def close(self) -> None:
+        """Close the HTTP connections (the with block does it on exit)."""
         if "_transport" in self.__dict__:
             self._transport.close()
 
@@ -161,7 +173,7 @@ class Client(BaseClient):
 
 
 class AsyncClient(BaseClient):
-    """asyncio client with the same resources; use ``async with`` or ``await client.close()``."""
+    """asyncio client with the same resources; use it in "async with", or await client.close() when done."""
 
     @cached_property
     def _transport(self) -> AsyncTransport:
@@ -172,59 +184,68 @@ class AsyncClient(BaseClient):
             headers=self._options.headers,
         )
 
-    @cached_property
+    @property
     def methods(self) -> AsyncMethods:
+        """The registered methods: list(kind=...) and get(name), with parameter schemas, conventions and papers."""
         from posenc_client.resources.methods import AsyncMethods
 
-        return AsyncMethods(self)
+        return self._resource("methods", lambda: AsyncMethods(self))
 
-    @cached_property
+    @property
     def tasks(self) -> AsyncTasks:
+        """The job tasks: list() gives each task's family, unit, size fields and metrics, the suites and patterns."""
         from posenc_client.resources.tasks import AsyncTasks
 
-        return AsyncTasks(self)
+        return self._resource("tasks", lambda: AsyncTasks(self))
 
-    @cached_property
+    @property
     def models(self) -> AsyncModels:
+        """Real models' configs: presets (list, get), resolve(config) into per-layer rotations, convert, gguf."""
         from posenc_client.resources.models import AsyncModels
 
-        return AsyncModels(self)
+        return self._resource("models", lambda: AsyncModels(self))
 
-    @cached_property
+    @property
     def rope(self) -> AsyncRope:
+        """Rotary diagnostics: frequencies, precision, compare, decode, serve_check, temperature, position_ids."""
         from posenc_client.resources.rope import AsyncRope
 
-        return AsyncRope(self)
+        return self._resource("rope", lambda: AsyncRope(self))
 
-    @cached_property
+    @property
     def bias(self) -> AsyncBias:
+        """Attention biases of the bias methods (ALiBi, T5, KERPLE, FIRE, ...): compute(), or save() to a file."""
         from posenc_client.resources.bias import AsyncBias
 
-        return AsyncBias(self)
+        return self._resource("bias", lambda: AsyncBias(self))
 
-    @cached_property
+    @property
     def rotary(self) -> AsyncRotary:
+        """Rotary methods (RoPE and its scalings) applied to q and k: apply(), with the cos/sin tables on request."""
         from posenc_client.resources.rotary import AsyncRotary
 
-        return AsyncRotary(self)
+        return self._resource("rotary", lambda: AsyncRotary(self))
 
-    @cached_property
+    @property
     def encodings(self) -> AsyncEncodings:
+        """Absolute encodings P (sinusoidal, axial, 2D/3D, learned, graph): compute()."""
         from posenc_client.resources.encodings import AsyncEncodings
 
-        return AsyncEncodings(self)
+        return self._resource("encodings", lambda: AsyncEncodings(self))
 
-    @cached_property
+    @property
     def attention(self) -> AsyncAttention:
+        """Attention maps with any method applied by its kind, the output with v, and statistics: compute()."""
         from posenc_client.resources.attention import AsyncAttention
 
-        return AsyncAttention(self)
+        return self._resource("attention", lambda: AsyncAttention(self))
 
-    @cached_property
+    @property
     def jobs(self) -> AsyncJobs:
+        """Queued jobs (train, extrapolate, benchmark, compute): create, get, list, wait, cancel, events, artifacts."""
         from posenc_client.resources.jobs import AsyncJobs
 
-        return AsyncJobs(self)
+        return self._resource("jobs", lambda: AsyncJobs(self))
 
     async def _request(self, request: HTTPRequest) -> HTTPResponse:
         retries_done = 0
@@ -269,6 +290,7 @@ class AsyncClient(BaseClient):
             partial.unlink(missing_ok=True)
 
     async def close(self) -> None:
+        """Close the HTTP connections (the async with block does it on exit)."""
         if "_transport" in self.__dict__:
             await self._transport.aclose()
 

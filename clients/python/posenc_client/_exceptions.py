@@ -1,6 +1,6 @@
 """The exception tree: one class per HTTP status family, each carrying the server's problem details.
 
-``APIError`` is the root of everything the SDK raises on purpose::
+APIError is the root of everything the SDK raises on purpose:
 
     APIError
     ├── APIStatusError                 the server answered with an error status (problem+json body)
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FieldError:
-    """One invalid field of a 422; ``loc`` is the path into the request, e.g. ``("body", "params", "x")``."""
+    """One invalid field of a 422; loc is the path into the request, e.g. ("body", "params", "x")."""
 
     loc: tuple[str | int, ...]
     msg: str
@@ -43,14 +43,14 @@ class FieldError:
 
     @property
     def field(self) -> str:
-        """The path as a dotted name without the leading 'body' (``params.factor``)."""
+        """The path as a dotted name without the leading 'body' (params.factor)."""
         parts = self.loc[1:] if self.loc and self.loc[0] == "body" else self.loc
         return ".".join(str(part) for part in parts)
 
 
 @dataclass(frozen=True)
 class ProblemDetails:
-    """An ``application/problem+json`` body (RFC 9457), as far as the server sent one."""
+    """An application/problem+json body (RFC 9457), as far as the server sent one."""
 
     status: int
     title: str
@@ -155,7 +155,7 @@ class BadRequestError(APIStatusError):
 
 
 class AuthenticationError(APIStatusError):
-    """401: the API key is missing or not valid (set ``api_key=`` or ``POSENC_API_KEY``)."""
+    """401: the API key is missing or not valid (set api_key= or POSENC_API_KEY)."""
 
 
 class PermissionDeniedError(APIStatusError):
@@ -175,7 +175,7 @@ class ConflictError(APIStatusError):
 
 
 class PayloadTooLargeError(APIStatusError):
-    """413: the output (or the request body) is over the server's budget; ``size`` and ``limit`` say how."""
+    """413: the output (or the request body) is over the server's budget; size and limit say how."""
 
     @property
     def size(self) -> int | None:
@@ -189,7 +189,7 @@ class PayloadTooLargeError(APIStatusError):
 
 
 class ValidationError(APIStatusError):
-    """422: a parameter or shape the server refused; ``errors`` names each field."""
+    """422: a parameter or shape the server refused; errors names each field."""
 
     def __str__(self) -> str:
         lines = [self.message]
@@ -198,7 +198,7 @@ class ValidationError(APIStatusError):
 
 
 class RateLimitError(APIStatusError):
-    """429: too many requests for this API key; ``retry_after`` says when to come back."""
+    """429: too many requests for this API key; retry_after says when to come back."""
 
 
 class ServerError(APIStatusError):
@@ -206,7 +206,7 @@ class ServerError(APIStatusError):
 
 
 class ServiceUnavailableError(ServerError):
-    """503: compute is saturated (or a dependency is down); ``retry_after`` says when to come back."""
+    """503: compute is saturated (or a dependency is down); retry_after says when to come back."""
 
 
 class APIConnectionError(APIError):
@@ -223,7 +223,7 @@ class APITimeoutError(APIConnectionError):
 
 
 class JobError(APIError):
-    """A job did not end the way ``jobs.wait()`` expected; ``job`` is its last known record."""
+    """A job did not end the way jobs.wait() expected; job is its last known record."""
 
     def __init__(self, message: str, *, job: Job) -> None:
         super().__init__(message)
@@ -235,7 +235,7 @@ class JobError(APIError):
 
 
 class JobFailedError(JobError):
-    """The job ended ``failed`` (or ``expired``); ``error`` is the server's account of why."""
+    """The job ended failed (or expired); error is the server's account of why."""
 
     @property
     def error(self) -> str | None:
@@ -243,11 +243,11 @@ class JobFailedError(JobError):
 
 
 class JobCancelledError(JobError):
-    """The job ended ``cancelled``."""
+    """The job ended cancelled."""
 
 
 class JobWaitTimeoutError(JobError, TimeoutError):
-    """``jobs.wait(timeout=...)`` ran out while the job was still queued or running."""
+    """jobs.wait(timeout=...) ran out while the job was still queued or running."""
 
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {

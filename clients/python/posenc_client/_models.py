@@ -1425,6 +1425,13 @@ class RandomTensor(BaseModel):
     random: RandomSpec
 
 
+class Requests(RootModel[list[int]]):
+    root: Annotated[list[int], Field(max_length=16, min_length=1, title="Requests")]
+    """
+    requests a transformers model serves one after another (a forward each), each 1 ... 4096 tokens: its dynamic rotary state carries across them and into the transformers_* variants of the prefill / decode sequence; default [length, length/2]
+    """
+
+
 class Resolution(RootModel[int]):
     root: Annotated[int, Field(ge=1, le=1024)]
 
@@ -1612,6 +1619,10 @@ class ServeCheckRequest(BaseModel):
     prefill: Annotated[Prefill | None, Field(title="Prefill")] = None
     """
     tokens before token-by-token decode; default length/2
+    """
+    requests: Annotated[Requests | None, Field(title="Requests")] = None
+    """
+    requests a transformers model serves one after another (a forward each), each 1 ... 4096 tokens: its dynamic rotary state carries across them and into the transformers_* variants of the prefill / decode sequence; default [length, length/2]
     """
     seed: Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")] = 0
     setup: ServeSetupIn

@@ -1,4 +1,4 @@
-"""Compute results: the tensors a route returned (by name) and its ``meta``, decoded from any media type."""
+"""Compute results: the tensors a route returned (by name) and its meta, decoded from any media type."""
 
 from __future__ import annotations
 
@@ -101,25 +101,25 @@ class EncodingResult(TensorResult):
 
     @property
     def prefix(self) -> Any | None:
-        """(P, dim): the prefix tokens' rows when ``prefix_tokens`` P > 0 was asked for, else None."""
+        """(P, dim): the prefix tokens' rows when prefix_tokens P > 0 was asked for, else None."""
         return self.tensors.get("prefix")
 
 
 class AttentionResult(TensorResult):
     @property
     def weights(self) -> Any:
-        """Attention weights (B, H, Nq, Nk): post-softmax, or what a method of kind ``attention`` puts in its
-        place (rows may then sum to less than one, the rest being ``leftover``)."""
+        """Attention weights (B, H, Nq, Nk): post-softmax, or what a method of kind attention puts in its
+        place (rows may then sum to less than one, the rest being leftover)."""
         return self.tensors["weights"]
 
     @property
     def output(self) -> Any | None:
-        """weights @ v (B, H, Nq, Dv) when ``v`` was given, else None."""
+        """weights @ v (B, H, Nq, Dv) when v was given, else None."""
         return self.tensors.get("output")
 
     @property
     def leftover(self) -> Any | None:
-        """(B, H, Nq): the mass given to no key, for methods of kind ``attention`` called with ``v``; else None."""
+        """(B, H, Nq): the mass given to no key, for methods of kind attention called with v; else None."""
         return self.tensors.get("leftover")
 
     @property

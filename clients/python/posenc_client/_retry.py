@@ -1,11 +1,11 @@
 """When to retry a request and how long to wait first (pure functions; the clients do the sleeping).
 
-Policy: retry connection errors, timeouts and the statuses in ``RETRYABLE_STATUSES`` (408, 429, 502, 503,
+Policy: retry connection errors, timeouts and the statuses in RETRYABLE_STATUSES (408, 429, 502, 503,
 504), and a 409 that carries Retry-After (a job creation with the same Idempotency-Key still in progress), up
-to ``max_retries`` times; ``X-Should-Retry: true|false`` from the server overrides the status rule.
-Wait what the server's ``Retry-After`` (or ``Retry-After-Ms``) says when it says something between 0 and
-``max_retry_after`` seconds; a longer hint is not waited out (the error is
-raised at once, with ``retry_after`` on it). Without a hint, wait 0.5 s doubling up to 8 s, times a jitter
+to max_retries times; X-Should-Retry: true|false from the server overrides the status rule.
+Wait what the server's Retry-After (or Retry-After-Ms) says when it says something between 0 and
+max_retry_after seconds; a longer hint is not waited out (the error is
+raised at once, with retry_after on it). Without a hint, wait 0.5 s doubling up to 8 s, times a jitter
 factor in (0.75, 1].
 """
 
@@ -27,7 +27,7 @@ from posenc_client._constants import (
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``Retry-After-Ms``, ``Retry-After`` (seconds or an HTTP date); None when absent or bad."""
+    """Seconds from Retry-After-Ms, Retry-After (seconds or an HTTP date); None when absent or bad."""
     lowered = {key.lower(): value for key, value in headers.items()}
     millis = lowered.get("retry-after-ms")
     if millis is not None:
@@ -62,7 +62,7 @@ class RetryPolicy:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
 
     def backoff_s(self, *, retries_done: int) -> float:
-        """Exponential backoff with jitter for the retry after ``retries_done`` earlier retries."""
+        """Exponential backoff with jitter for the retry after retries_done earlier retries."""
         base = min(self.initial_delay_s * 2.0**retries_done, self.max_delay_s)
         return base * (1.0 - 0.25 * random.random())
 
@@ -92,7 +92,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class RetryEvent:
-    """Passed to the ``on_retry`` hook before each wait: what failed, and how long until the retry."""
+    """Passed to the on_retry hook before each wait: what failed, and how long until the retry."""
 
     method: str
     url: str

@@ -1,7 +1,7 @@
-"""The safetensors container, read and written without the ``safetensors`` package.
+"""The safetensors container, read and written without the safetensors package.
 
-Layout: an 8-byte little-endian header length N, N bytes of JSON ``{name: {"dtype", "shape",
-"data_offsets": [begin, end]}, "__metadata__": {str: str}}`` (padded with spaces to a multiple of 8), then
+Layout: an 8-byte little-endian header length N, N bytes of JSON {name: {"dtype", "shape",
+"data_offsets": [begin, end]}, "__metadata__": {str: str}} (padded with spaces to a multiple of 8), then
 the tensors' bytes. Offsets count from the end of the header.
 """
 
@@ -45,7 +45,7 @@ def safetensors_parts(
 
 
 def read_safetensors(body: bytes | bytearray) -> tuple[dict[str, RawTensor], dict[str, str]]:
-    """Tensors and the ``__metadata__`` strings: views of a bytearray body (no copy), copies of a bytes one
+    """Tensors and the __metadata__ strings: views of a bytearray body (no copy), copies of a bytes one
     (so every tensor's data is writable either way)."""
     if len(body) < 8:
         raise ValueError("not a safetensors body: shorter than its 8-byte header length")

@@ -1,12 +1,12 @@
 """Tensor codecs: what goes into a request, and what comes out of a response.
 
 Everything travels as little-endian C-order bytes described by a dtype name (the server's names:
-float32, float64, bfloat16, float16, int64, int32, bool) and a shape. :class:`RawTensor` is that triple;
-:func:`encode_input` makes one from a torch tensor, a numpy array or nested lists, and :func:`to_format`
+float32, float64, bfloat16, float16, int64, int32, bool) and a shape. RawTensor is that triple;
+encode_input makes one from a torch tensor, a numpy array or nested lists, and to_format
 turns one into a torch tensor, a numpy array or nested lists.
 
-numpy has no bfloat16: with ``return_format="numpy"`` a bfloat16 tensor comes back as its uint16 bit
-patterns (with a :class:`BFloat16BitsWarning`); :func:`bfloat16_bits_to_float32` widens them exactly.
+numpy has no bfloat16: with return_format="numpy" a bfloat16 tensor comes back as its uint16 bit
+patterns (with a BFloat16BitsWarning); bfloat16_bits_to_float32 widens them exactly.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class RawTensor:
         return math.prod(self.shape)
 
     def inline_json(self) -> dict[str, Any]:
-        """The request form ``{"dtype", "shape", "base64"}``."""
+        """The request form {"dtype", "shape", "base64"}."""
         encoded = base64.b64encode(self.data).decode()
         return {"dtype": self.dtype, "shape": list(self.shape), "base64": encoded}
 
@@ -97,7 +97,7 @@ class RawTensor:
 def encode_input(value: Any, *, default_dtype: str) -> RawTensor:
     """A torch tensor, numpy array or (nested) list of numbers as raw bytes.
 
-    Lists take ``default_dtype`` (float32 for q and k, bool for masks); arrays and tensors keep their own
+    Lists take default_dtype (float32 for q and k, bool for masks); arrays and tensors keep their own
     dtype (numpy float64 stays float64; integer kinds other than int32 become int64).
     """
     if is_torch_tensor(value):
@@ -220,7 +220,7 @@ def _byteswap(data: bytearray | memoryview, info: DType) -> bytearray:
 
 
 def from_json_tensor(payload: dict[str, Any]) -> RawTensor:
-    """A ``TensorOut`` of a JSON response (flat ``data``, non-finite values as strings) as raw bytes."""
+    """A TensorOut of a JSON response (flat data, non-finite values as strings) as raw bytes."""
     dtype = str(payload["dtype"])
     shape = tuple(int(size) for size in payload["shape"])
     return RawTensor(dtype, shape, pack_values(payload["data"], dtype=dtype))
@@ -261,7 +261,7 @@ def _to_numpy(raw: RawTensor) -> Any:
 
 
 def _first_frame_outside_package() -> int:
-    """The ``stacklevel`` that points a warning at the caller's code rather than at this package."""
+    """The stacklevel that points a warning at the caller's code rather than at this package."""
     package_dir = os.path.dirname(__file__)
     frame = sys._getframe(1)
     level = 1

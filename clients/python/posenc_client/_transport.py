@@ -1,7 +1,7 @@
 """HTTP transport: the only module that imports httpx.
 
-Switching to the ``httpx2`` fork (openai-python 3.x, Starlette's TestClient) is a change to the import line
-below. Everything else in the SDK sees :class:`HTTPRequest` / :class:`HTTPResponse` and the SDK's own
+Switching to the httpx2 fork (openai-python 3.x, Starlette's TestClient) is a change to the import line
+below. Everything else in the SDK sees HTTPRequest / HTTPResponse and the SDK's own
 connection errors.
 """
 
@@ -68,7 +68,7 @@ def _build(request: HTTPRequest, *, asynchronous: bool = False) -> dict[str, Any
 
 
 def _upload_slices(pieces: tuple[bytes | memoryview, ...]) -> list[memoryview]:
-    """Views of the pieces at most ``UPLOAD_SLICE_BYTES`` long: each is copied once on its way to the socket,
+    """Views of the pieces at most UPLOAD_SLICE_BYTES long: each is copied once on its way to the socket,
     so the memory a send takes beside the tensors is one slice, whatever their size."""
     slices: list[memoryview] = []
     for piece in pieces:
@@ -124,7 +124,7 @@ def _read_sync(raw: httpx.Response) -> bytes | bytearray:
 
 
 async def _read_async(raw: httpx.Response) -> bytes | bytearray:
-    """``_read_sync`` for the async client."""
+    """_read_sync for the async client."""
     size = _identity_length(raw)
     if size is None:
         return await raw.aread()
@@ -180,7 +180,7 @@ class SyncTransport:
             raise _connection_error(exc, request, self._base_url + request.path) from exc
 
     def download(self, request: HTTPRequest, *, sink: IO[bytes]) -> HTTPResponse:
-        """Stream a 2xx body into ``sink``; an error body is read whole and returned as content."""
+        """Stream a 2xx body into sink; an error body is read whole and returned as content."""
         try:
             with self._client.stream(request.method, request.path, **_build(request)) as raw:
                 if raw.status_code >= 400:

@@ -1,8 +1,8 @@
 """Request bodies with tensors: inline JSON (base64) for small inputs, a safetensors file for large ones.
 
-Tensor-valued entries of ``params`` (torch tensors, numpy arrays: a method's learned weights, e.g. T5's
-``table``) travel like the other tensors: inline in ``params`` as ``{"dtype", "shape", "base64"}``, or in the
-safetensors file as ``params.<name>`` (and then left out of the JSON request in its metadata).
+Tensor-valued entries of params (torch tensors, numpy arrays: a method's learned weights, e.g. T5's
+table) travel like the other tensors: inline in params as {"dtype", "shape", "base64"}, or in the
+safetensors file as params.<name> (and then left out of the JSON request in its metadata).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ PARAMS_PREFIX = "params."  # a safetensors tensor "params.<name>" stands in for 
 @dataclass(frozen=True)
 class TensorArg:
     """An input tensor of a request: a torch tensor, numpy array, nested list, or a wire dict passed as is
-    (``{"random": {...}}`` or ``{"dtype", "shape", "data"|"base64"}``)."""
+    ({"random": {...}} or {"dtype", "shape", "data"|"base64"})."""
 
     value: Any
     default_dtype: str
@@ -45,7 +45,7 @@ def build_body(
     upload: UploadMode,
     binary_allowed: bool,
 ) -> Body:
-    """The JSON request ``fields`` plus its tensors, inline or as a safetensors file (see module doc)."""
+    """The JSON request fields plus its tensors, inline or as a safetensors file (see module doc)."""
     request: dict[str, Any] = {key: value for key, value in fields.items() if value is not None}
     encoded: dict[str, RawTensor] = {}
     params = request.get("params")

@@ -1,4 +1,4 @@
-"""Polling a job to the end: the decisions shared by the sync and async ``jobs.wait()``."""
+"""Polling a job to the end: the decisions shared by the sync and async jobs.wait()."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``posenc-client``: everyday calls from a shell. Tables for people, ``--json`` for scripts.
+"""posenc-client: everyday calls from a shell. Tables for people, --json for scripts.
 
 Exit status: 0 success; 1 the server answered with an error (its problem detail on stderr); 2 bad usage,
 including a file that is not what the command expects and an -o path it cannot write (one line on stderr);
@@ -36,7 +36,7 @@ class UsageError(Exception):
 
 # ------------------------------------------------------------------------------------------- inputs, outputs
 def _json_object(text: str) -> dict[str, Any]:
-    """``text`` as a JSON object (strict JSON: no NaN or Infinity); else ValueError saying what is wrong."""
+    """text as a JSON object (strict JSON: no NaN or Infinity); else ValueError saying what is wrong."""
     if not text.strip():
         raise ValueError("is empty")
     try:
@@ -57,7 +57,7 @@ def _not_json(constant: str) -> Any:
 
 
 def _json_object_argument(text: str) -> dict[str, Any]:
-    """argparse ``type=`` for an inline JSON object (``--params``)."""
+    """argparse type= for an inline JSON object (--params)."""
     try:
         return _json_object(text)
     except ValueError as error:
@@ -65,7 +65,8 @@ def _json_object_argument(text: str) -> dict[str, Any]:
 
 
 def _read_json_object(path: Path, what: str) -> dict[str, Any]:
-    """The JSON object in the file ``path`` (which should hold ``what``), or a UsageError naming the file."""
+    """The JSON object in the file at path (which should hold what the caller says), or a UsageError naming the
+    file."""
     try:
         return _json_object(path.read_text(encoding="utf-8-sig"))
     except IsADirectoryError:
@@ -80,7 +81,7 @@ def _read_json_object(path: Path, what: str) -> dict[str, Any]:
 
 
 def _output_file(path: Path, artifact: str | None = None) -> Path:
-    """The file ``-o path`` writes (``path/artifact`` when an artifact goes into a directory), checked before
+    """The file -o path writes (path/artifact when an artifact goes into a directory), checked before
     anything is requested: not a directory, in a directory that exists and that we may write in."""
     target = path / artifact if artifact is not None and path.is_dir() else path
     folder = target.parent

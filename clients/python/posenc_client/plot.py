@@ -1,7 +1,7 @@
-"""Plot helpers (needs the ``matplotlib`` extra): per-head heatmaps and metric-against-length curves.
+"""Plot helpers (needs the matplotlib extra): per-head heatmaps and metric-against-length curves.
 
-Each function returns a ``matplotlib.figure.Figure`` built without pyplot (no global state, works headless);
-call ``fig.savefig("bias.png")`` or display it in a notebook.
+Each function returns a matplotlib.figure.Figure built without pyplot (no global state, works headless);
+call fig.savefig("bias.png") or display it in a notebook.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def plot_heads(
 ) -> Figure:
     """One heatmap per head of a bias (H, Nq, Nk) or attention map (B, H, Nq, Nk).
 
-    ``values`` may also be a BiasResult or AttentionResult. Masked entries (-inf) are left blank.
+    values may also be a BiasResult or AttentionResult. Masked entries (-inf) are left blank.
     """
     if isinstance(values, BiasResult):
         values = values.bias
@@ -79,10 +79,10 @@ def plot_metric_vs_size(
     """A metric against the evaluation size, one line per method (the mean over seeds of each seed's mean over
     the row's groups, such as a probe's depths; a min-max band over seeds), the training size marked.
 
-    ``result`` is a finished benchmark's ``job.result`` (its ``table``, and its ``data`` for the unit and the
-    training size) or the table itself: rows ``{"method", "seed", "size", "metric", "value", ...}``. ``metric``
+    result is a finished benchmark's job.result (its table, and its data for the unit and the
+    training size) or the table itself: rows {"method", "seed", "size", "metric", "value", ...}. metric
     picks one when the table has several (default: the result's headline metric); perplexity is drawn on a log
-    axis unless ``log_y`` says otherwise.
+    axis unless log_y says otherwise.
     """
     rows = _table_rows(result)
     if not rows:

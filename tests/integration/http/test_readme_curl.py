@@ -1,4 +1,5 @@
-"""The README's curl examples, run as written against the real app served by uvicorn on a free port."""
+"""The curl examples of the README's tour and of the Compute API page (docs/compute.md), run as written against the
+real app served by uvicorn on a free port."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ BEGIN, END = "<!-- curl-examples:begin -->", "<!-- curl-examples:end -->"
 README_ADDRESS = "http://127.0.0.1:8000"
 
 
+COMPUTE_PAGE = ROOT / "docs" / "compute.md"
+
+
 def readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = COMPUTE_PAGE.read_text()
     section = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
     return re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
 
@@ -150,6 +154,14 @@ def test_the_readme_shows_its_curl_examples() -> None:
     assert all(example.startswith("curl ") and README_ADDRESS in example for example in examples)
 
 
+def test_the_readme_tour_curl_is_one_of_the_examples_run_here() -> None:
+    """The README shows one compute curl call; it is run here as one of the Compute API page's examples."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+    compute = [block for block in blocks if block.startswith("curl --fail-with-body")]
+    assert compute, "the README's tour lost its curl call"
+    assert all(block in readme_examples() for block in compute)
+
+
 @pytest.mark.parametrize("index", range(len(CHECKS)))
 def test_readme_curl_example(server: str, tmp_path: Path, index: int) -> None:
     example = readme_examples()[index].replace(README_ADDRESS, server)
@@ -161,8 +173,9 @@ def test_readme_curl_example(server: str, tmp_path: Path, index: int) -> None:
 
 
 def test_readme_python_safetensors_example(server: str, tmp_path: Path) -> None:
-    """The README's safetensors request from Python, run as written (the address pointed at the test server)."""
-    text = (ROOT / "README.md").read_text()
+    """The Compute API page's safetensors request from Python, run as written (the address pointed at the test
+    server)."""
+    text = COMPUTE_PAGE.read_text()
     begin, end = "<!-- python-binary-example:begin -->", "<!-- python-binary-example:end -->"
     [example] = re.findall(r"```python\n(.*?)```", text[text.index(begin) : text.index(end)], flags=re.DOTALL)
     result = subprocess.run(

@@ -29,6 +29,19 @@ def test_serve_check_reports_exact_correct_schedules_and_catches_dynamic_ntk(cli
     # chunk [8, 16) is the first after another whose length (16) passes 12: its first query, key 1
     assert variants["stale_cached_keys[chunk=8]"]["first_wrong"] == {"sequence": 0, "query": 8, "key": 1}
     assert "stale_cached_keys[chunk=8]" in report["summary"]["sensitive_to"]
+    # transformers' padded batch (24 and 12 tokens by default) is rotated for its longest row: the 12-token row,
+    # unscaled alone, is not its own recomputation
+    batch = variants["transformers_left_padded_batch"]
+    assert batch["schedule"] == "transformers"
+    assert batch["sequence_errors"][0] == 0.0
+    assert batch["sequence_errors"][1] > 0.0
+    assert batch["first_wrong"] == {"sequence": 1, "query": 1, "key": 0}
+    # the default requests (24, then 12): 12 is not below original_max_position_embeddings, so transformers'
+    # dynamic state keeps the 24-token frequencies for it
+    requests = variants["transformers_requests"]
+    assert requests["sequence_errors"][0] == 0.0
+    assert requests["first_wrong"] == {"sequence": 1, "query": 1, "key": 0}
+    assert {"transformers_left_padded_batch", "transformers_requests"} <= set(report["summary"]["transformers_differs"])
 
 
 def test_serve_check_over_the_work_budget_is_a_413_naming_the_fields(make_client: Callable[..., TestClient]) -> None:

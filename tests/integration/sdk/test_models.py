@@ -1,5 +1,6 @@
-"""Real models' configs through the SDK and the CLI against a live gateway: the README's examples as written,
-``client.models`` sync and async, and ``posenc-client rope doctor`` on a config file with a known bug."""
+"""Real models' configs through the SDK and the CLI against a live gateway: the real-models page's examples as
+written (docs/real-models.md, from the repository root), ``client.models`` sync and async, and
+``posenc-client rope doctor`` on a config file with a known bug."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from typing import Any
 import pytest
 
 from posenc.real_models.presets import PRESETS
-from tests.helpers.gguf_writer import convert
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,9 +25,9 @@ CLI = str(Path(sys.executable).with_name("posenc-client"))
 BLOCK = re.compile(r"<!-- rope-examples:begin -->(.*?)<!-- rope-examples:end -->", re.S)
 
 
-def readme_blocks(language: str) -> list[str]:
-    match = BLOCK.search((ROOT / "README.md").read_text())
-    assert match, "README.md has no rope-examples block"
+def page_blocks(language: str) -> list[str]:
+    match = BLOCK.search((ROOT / "docs" / "real-models.md").read_text())
+    assert match, "docs/real-models.md has no rope-examples block"
     return re.findall(rf"```{language}\n(.*?)```", match.group(1), flags=re.S)
 
 
@@ -43,8 +43,8 @@ def buggy_gemma_config() -> dict[str, Any]:
     return {"model_type": "gemma3", "text_config": text}
 
 
-def test_the_readme_python_example_runs_as_written(compute_gateway: Any, tmp_path: Path) -> None:
-    [example] = readme_blocks("python")
+def test_the_real_models_page_python_example_runs_as_written(compute_gateway: Any, tmp_path: Path) -> None:
+    [example] = page_blocks("python")
     env = {**os.environ, "POSENC_BASE_URL": compute_gateway.url}
     ran = subprocess.run(
         [sys.executable, "-c", example], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
@@ -56,18 +56,20 @@ def test_the_readme_python_example_runs_as_written(compute_gateway: Any, tmp_pat
     assert lines[2].startswith("deepseek rotates [128, 192] softmax scale 0.1352")
 
 
-def test_the_readme_cli_examples_run_as_written(compute_gateway: Any, tmp_path: Path) -> None:
-    [block] = readme_blocks("bash")
+def test_the_real_models_page_cli_examples_run_as_written(compute_gateway: Any, tmp_path: Path) -> None:
+    [block] = page_blocks("bash")
     commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
     assert [shlex.split(command)[:3] for command in commands] == [["posenc-client", "rope", "doctor"]] * 3 + [
         ["posenc-client", "rope", "serve-check"]
     ]
-    (tmp_path / "config.json").write_text(json.dumps(buggy_gemma_config()))
-    convert(PRESETS["llama-3.1-8b"], tmp_path / "model.gguf")
+    # the example config is the port bug this module builds (buggy_gemma_config)
+    assert json.loads((ROOT / "examples/models/gemma-3-4b-scaled-sliding/config.json").read_text()) == (
+        buggy_gemma_config()
+    )
     outputs = []
-    for command in commands:
+    for command in commands:  # from the repository root, as the page says
         argv = [CLI, "--base-url", compute_gateway.url, *shlex.split(command)[1:]]
-        ran = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        ran = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert ran.returncode == 0, ran.stderr
         outputs.append(ran.stdout)
     deepseek, gemma, gguf_file, serving = outputs

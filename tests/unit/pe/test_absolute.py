@@ -1,5 +1,5 @@
 """Absolute encodings (posenc.pe.absolute) against float64 references written here from the papers'
-formulas, the golden values of methods.md §7 (T7, T17), structural properties and the error cases."""
+formulas, hand-computed golden values (T7, T17), structural properties and the error cases."""
 
 from __future__ import annotations
 

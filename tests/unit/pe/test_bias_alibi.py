@@ -1,5 +1,5 @@
 """ALiBi (Press et al., ICLR 2022), its slope interpolation (Al-Khateeb et al., 2023) and CROMA's 2D ALiBi,
-against float64 references written here from the papers' rules and the golden values of methods.md §7."""
+against float64 references written here from the papers' rules and hand-computed golden values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FIRE (Li et al., ICLR 2024): the T15 normalised inputs of methods.md §7, a float64 reference of the whole
+"""FIRE (Li et al., ICLR 2024): the hand-computed T15 normalised inputs, a float64 reference of the whole
 bias written here from the paper-appendix formula, and the Toeplitz-within-L / not-beyond-L structure."""
 
 from __future__ import annotations

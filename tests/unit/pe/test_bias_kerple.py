@@ -1,4 +1,4 @@
-"""KERPLE (Chi et al., NeurIPS 2022): T15 goldens of methods.md §7 and float64 references of
+"""KERPLE (Chi et al., NeurIPS 2022): hand-computed T15 goldens and float64 references of
 −r1·log(1 + r2·|i − j|) and −r1·|i − j|^r2 written here from the paper's formulas."""
 
 from __future__ import annotations

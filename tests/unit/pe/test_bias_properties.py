@@ -94,7 +94,7 @@ def test_shape_and_dtype(spec: MethodSpec, dtype: torch.dtype, nq: int, nk: int,
 @pytest.mark.parametrize("spec", BIAS_METHODS, ids=_ids(BIAS_METHODS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_is_the_float32_bias_rounded_once(spec: MethodSpec, dtype: torch.dtype) -> None:
-    # Distances past 256 are where bf16 stops holding integers (methods.md T18).
+    # Distances past 256 are where bf16 stops holding integers.
     params = _params(spec)
     low = bias_dense(spec, params, _ctx(12, 300, 300, causal=False, dtype=dtype))
     full = bias_dense(spec, params, _ctx(12, 300, 300, causal=False, dtype=torch.float32))

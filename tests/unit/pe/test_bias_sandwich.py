@@ -1,4 +1,4 @@
-"""Sandwich (Chi et al., ACL 2023): T15 goldens of methods.md §7 for both public forms, with the head
+"""Sandwich (Chi et al., ACL 2023): hand-computed T15 goldens for both public forms, with the head
 factor H/(8(h+1)), and a float64 reference of b(|i − j|)·H/(8(h+1)) written here from the formula."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""T5 relative position buckets (Raffel et al., JMLR 2020): golden tables T6 of methods.md §7, a bucket
+"""T5 relative position buckets (Raffel et al., JMLR 2020): hand-computed golden tables T6, a bucket
 reference written here from the formula, and the bias B[h, i, j] = E[bucket(j − i), h]."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from posenc.errors import InvalidInput
 from posenc.pe import BiasContext, bias_dense, bias_toeplitz, get_method
 from posenc.pe.t5 import relative_position_bucket
 
-# methods.md T6, num_buckets = 32, max_distance = 128, n = j − i: (lo, hi, bucket) runs over −130 … 130
+# golden T6, num_buckets = 32, max_distance = 128, n = j − i: (lo, hi, bucket) runs over −130 … 130
 T6_BIDIRECTIONAL = [
     (-130, -91, 15), (-90, -64, 14), (-63, -46, 13), (-45, -32, 12), (-31, -23, 11), (-22, -16, 10),
     (-15, -12, 9), (-11, -8, 8), (-7, -7, 7), (-6, -6, 6), (-5, -5, 5), (-4, -4, 4), (-3, -3, 3),

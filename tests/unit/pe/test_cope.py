@@ -63,7 +63,7 @@ def test_registry_entry() -> None:
 
 
 def test_golden_t20_positions() -> None:
-    """methods.md T20: the gates of query 3 over keys 0..3 = [1, 0.5, 0.25, 1] -> p_3j = [2.75, 1.75, 1.25, 1]."""
+    """Golden T20: the gates of query 3 over keys 0..3 = [1, 0.5, 0.25, 1] -> p_3j = [2.75, 1.75, 1.25, 1]."""
     gates = torch.tensor([[1.0, 0.5, 0.25, 1.0]], dtype=torch.float64)
     assert cope_positions(gates).tolist() == [[2.75, 1.75, 1.25, 1.0]]
     # masked gates are zeroed before the sum: row 1 of a causal 4 x 4 counts keys 0 and 1 only

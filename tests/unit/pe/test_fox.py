@@ -71,7 +71,7 @@ def test_registry_entry() -> None:
 
 
 def test_golden_t20_decay_bias() -> None:
-    """methods.md T20: f = [0.9, 0.8, 0.7, 0.6] per position, q = k = 0, so the logits are D itself."""
+    """Golden T20: f = [0.9, 0.8, 0.7, 0.6] per position, q = k = 0, so the logits are D itself."""
     gates = [0.9, 0.8, 0.7, 0.6]
     x = torch.tensor([[[logit(f)] for f in gates]], dtype=torch.float64)  # (1, 4, 1): w_f = 1, b_f = 0
     zeros = torch.zeros(1, 1, 4, HEAD_DIM, dtype=torch.float64)

@@ -2,7 +2,7 @@
 
 References written here from the formulas: shortest paths by a per-source BFS over Python adjacency lists,
 degrees by counting, the GNN Laplacian with numpy's dense eigh, and Tab-PET entirely in Python floats (average
-ranks, Pearson, a cyclic Jacobi eigensolver, unbiased z-score). Golden values T19 of methods.md §7; the
+ranks, Pearson, a cyclic Jacobi eigensolver, unbiased z-score). Hand-computed golden values T19; the
 far/unreachable rules of both far_rule values; the graph token's prefix bias; sign determinism, relabelling
 and the projector of a repeated eigenvalue; zero padding; errors with their locations; gradients to the tables.
 """

@@ -337,3 +337,107 @@ def test_rope_nd_riflex_index_past_the_temporal_pairs_is_refused() -> None:
 def test_rope_nd_params_the_schema_refuses(raw: dict[str, Any], field: str) -> None:
     with pytest.raises(pydantic.ValidationError, match=field):
         get_method("rope_nd").parse_params(raw)
+
+
+# ------------------------------------------------------------------------------------- M-RoPE over a scaled table
+# (scaling method, its params without θ); original lengths short enough that the test positions run past them
+SCALINGS: list[tuple[str, dict[str, Any]]] = [
+    ("rope_linear", {"factor": 4.0}),
+    ("rope_dynamic_ntk", {"factor": 2.0, "original_max_position_embeddings": 64}),
+    ("rope_yarn", {"factor": 8.0, "original_max_position_embeddings": 64}),
+    ("rope_longrope", {"short_factor": [1.0] * 64, "long_factor": [1.5 + k / 32 for k in range(64)],
+                       "original_max_position_embeddings": 64, "max_position_embeddings": 512}),
+]  # fmt: skip
+
+
+def reference_axes(section: list[int], layout: str, pairs: int) -> list[int]:
+    """The axis of each pair written from the layouts' rules, pair by pair."""
+    if layout == "chunked":
+        return [0] * section[0] + [1] * section[1] + [2] * section[2]
+    return [
+        1 if k % 3 == 1 and k < 3 * section[1] else 2 if k % 3 == 2 and k < 3 * section[2] else 0 for k in range(pairs)
+    ]
+
+
+@pytest.mark.parametrize(("scaling", "scaling_params"), SCALINGS)
+@pytest.mark.parametrize("model", [QWEN2_5_VL, QWEN3_VL], ids=["chunked", "interleaved"])
+def test_mrope_over_a_scaled_table_turns_each_pair_by_its_axis(
+    scaling: str, scaling_params: dict[str, Any], model: dict[str, Any]
+) -> None:
+    """M-RoPE with a scaled table = the scaled method's angles n_{a(k)}·ω_k (its ω at the request's length, its
+    attention scale on cos and sin), a(k) the axis the sections give pair k; float64 reference, rotate_half."""
+    params = {**model, "scaling": {"method": scaling, "params": scaling_params}}
+    positions = qwen_positions()  # (71, 3), up to 2005: past every original length above
+    seq_len = int(positions.max()) + 1
+    x = randn(1, 2, positions.shape[0], 128, seed=11)
+    spec = get_method(scaling)
+    table = spec.fn(spec.parse_params({**scaling_params, "base": model["base"]}), RotaryContext(128, seq_len))
+    axes = torch.tensor(reference_axes(model["mrope_section"], model.get("layout", "chunked"), 64))  # (64,)
+    angle = positions[:, axes].to(torch.float64) * table.inv_freq.to(torch.float64)  # (N, 64)
+    cos = torch.cat((angle.cos(), angle.cos()), -1) * table.attention_scale  # (N, 128)
+    sin = torch.cat((angle.sin(), angle.sin()), -1) * table.attention_scale
+    expected = x * cos + torch.cat((-x[..., 64:], x[..., :64]), -1) * sin
+    torch.testing.assert_close(rotate("mrope", params, x, positions, "half"), expected, rtol=0, atol=1e-12)
+    plain = rotate("mrope", model, x, positions, "half")
+    assert (plain - expected).abs().max() > 1e-3  # the scaling changes the rotation at these positions
+
+
+def test_mrope_scaling_carries_the_length_dependence_and_attention_scale() -> None:
+    spec = get_method("mrope")
+    dynamic = {**QWEN2_5_VL, "scaling": {"method": "rope_dynamic_ntk", "params": dict(SCALINGS[1][1])}}
+    linear = {**QWEN2_5_VL, "scaling": {"method": "rope_linear", "params": {"factor": 4.0}}}
+    assert spec.depends_on_length(dynamic)
+    assert not spec.depends_on_length(linear)
+    assert not spec.depends_on_length(QWEN2_5_VL)
+    short = rotary_frequencies(spec, spec.parse_params(dynamic), RotaryContext(128, 32, torch.float64))
+    long = rotary_frequencies(spec, spec.parse_params(dynamic), RotaryContext(128, 4096, torch.float64))
+    assert isinstance(short, RotaryFrequencies)
+    assert isinstance(long, RotaryFrequencies)
+    assert float(long.inv_freq[-1]) < float(short.inv_freq[-1])  # dynamic NTK grows θ past 64 tokens
+    yarn = {**QWEN3_VL, "scaling": {"method": "rope_yarn", "params": dict(SCALINGS[2][1])}}
+    freqs = frequencies("mrope", yarn, 128)
+    assert freqs.attention_scale == pytest.approx(0.1 * math.log(8.0) + 1.0)  # YaRN's mscale carried over
+
+
+@pytest.mark.parametrize(
+    ("scaling", "message"),
+    [
+        ({"method": "rope_nope", "params": {}}, "unknown method 'rope_nope'"),
+        ({"method": "rope_nd", "params": {}}, "is not a 1D rotary method"),
+        ({"method": "alibi", "params": {}}, "is not a 1D rotary method"),
+        ({"method": "rope_linear", "params": {"factor": 4.0, "base": 1e4}}, "θ is M-RoPE's own base"),
+        ({"method": "rope_linear", "params": {}}, "rope_linear param factor: Field required"),
+        ({"method": "rope_linear", "params": {"factor": 4.0, "beta": 1}}, "rope_linear param beta"),
+    ],
+)
+def test_mrope_scaling_that_cannot_be_honoured_is_refused(scaling: dict[str, Any], message: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=message):
+        get_method("mrope").parse_params({**QWEN2_5_VL, "scaling": scaling})
+
+
+def test_mrope_scaling_by_a_method_without_one_angle_per_pair_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="xpos does not give one frequency per pair") as refused:
+        frequencies("mrope", {**QWEN2_5_VL, "scaling": {"method": "xpos", "params": {}}}, 128)
+    assert refused.value.loc == ("params", "scaling", "method")
+
+
+@pytest.mark.parametrize(
+    ("section", "pairs", "counts"),
+    [([16, 24, 24], 64, [22, 21, 21]), ([24, 20, 20], 128, [88, 20, 20]), ([24, 20, 20], 32, [11, 11, 10])],
+)
+def test_mrope_truncated_sections_run_as_qwen3_vl_slices_them(
+    section: list[int], pairs: int, counts: list[int]
+) -> None:
+    """Qwen3-VL's code: t everywhere, h on slice(1, 3·s_h, 3), w on slice(2, 3·s_w, 3), cut at the last pair."""
+    params = {"base": 5e6, "mrope_section": section, "layout": "interleaved", "truncated_sections": True}
+    axis = frequencies("mrope", params, 2 * pairs).pair_axis
+    assert axis is not None
+    assert axis.tolist() == reference_axes(section, "interleaved", pairs)
+    assert torch.bincount(axis, minlength=3).tolist() == counts
+    with pytest.raises(InvalidInput, match="truncated_sections runs them as Qwen3-VL's code does"):
+        frequencies("mrope", {**params, "truncated_sections": False}, 2 * pairs)
+
+
+def test_mrope_truncated_sections_refused_for_the_chunked_layout() -> None:
+    with pytest.raises(pydantic.ValidationError, match="interleaved layout only"):
+        get_method("mrope").parse_params({**QWEN2_5_VL, "truncated_sections": True})

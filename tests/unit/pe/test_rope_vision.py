@@ -1,4 +1,4 @@
-"""Learned vision rotations (RoPE-Mixed, LieRE, ComRoPE; methods.md D9-D11, §7b): float64 references written
+"""Learned vision rotations (RoPE-Mixed, LieRE, ComRoPE): float64 references written
 here from the papers' formulas (complex phases for RoPE-Mixed; a dense block-diagonal exponent through
 torch.linalg.matrix_exp for LieRE and ComRoPE, independent of the per-block path), goldens T21 and T22, the
 relative property (exact for RoPE-Mixed, ComRoPE and commuting LieRE, not for general LieRE), orthogonality,

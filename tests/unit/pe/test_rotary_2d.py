@@ -1,4 +1,4 @@
-"""2D axial RoPE (RoPE-ViT): golden T22 (methods.md §7), a float64 reference written from the paper, and the
+"""2D axial RoPE (RoPE-ViT): hand-computed golden T22, a float64 reference written from the paper, and the
 per-axis relative property through the shared apply."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RoPE and the shared rotary apply: goldens T8, T9, T18 (methods.md §7), a float64 reference written from the
+"""RoPE and the shared rotary apply: hand-computed goldens T8, T9, T18, a float64 reference written from the
 paper's complex-number formula, the exact half/interleaved permutation, partial rotary, offsets and bf16."""
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def test_half_and_interleaved_convert_exactly_by_the_permutation(dim: int) -> No
 
 
 def test_the_two_pairings_differ_without_the_permutation() -> None:
-    """A checkpoint cannot switch layout without permuting its weights (methods.md D1)."""
+    """A checkpoint cannot switch layout without permuting its weights."""
     x = torch.arange(1.0, 9.0, dtype=torch.float64)[None, :]  # (1, 8)
     freqs, pos = frequencies("rope", {}, 8), torch.tensor([1])
     assert not torch.allclose(rotate(x, freqs, pos, "half"), rotate(x, freqs, pos, "interleaved"))

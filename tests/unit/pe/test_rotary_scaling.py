@@ -1,4 +1,4 @@
-"""RoPE scalings (PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama-3.1): goldens T9-T13 (methods.md §7), float64
+"""RoPE scalings (PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama-3.1): hand-computed goldens T9-T13, float64
 references written from each paper's formula, and the properties every scaling must keep."""
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def reference_yarn(
     beta_fast: float = 32,
     beta_slow: float = 1,
 ) -> torch.Tensor:
-    """YaRN "NTK-by-parts" as in methods.md D6: r(k) = L/λ_k rotations of pair k in L tokens; keep ω where
+    """YaRN "NTK-by-parts" as the YaRN paper defines it: r(k) = L/λ_k rotations of pair k in L tokens; keep ω where
     r > β_fast, use ω/s where r < β_slow. Between, the ramp is linear in the pair index k (the reference code,
     which every YaRN checkpoint uses; the paper's γ is written as linear in r)."""
 

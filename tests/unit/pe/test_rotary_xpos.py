@@ -1,4 +1,4 @@
-"""xPos: golden T14 (methods.md §7), the score identity q̃_i·k̃_j = Σ_k ζ_k^((i−j)/λ)·[rotary term]_k
+"""xPos: hand-computed golden T14, the score identity q̃_i·k̃_j = Σ_k ζ_k^((i−j)/λ)·[rotary term]_k
 through the generic apply, decay with distance, and the centring convention."""
 
 from __future__ import annotations

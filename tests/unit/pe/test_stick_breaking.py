@@ -1,4 +1,4 @@
-"""Stick-breaking attention (Tan et al., 2024): the T20 golden of methods.md §7, a float64 reference written
+"""Stick-breaking attention (Tan et al., 2024): the hand-computed T20 golden, a float64 reference written
 here from the product formula A_ij = β_ij Π_{j<k<i} (1 − β_ik), and the numerics of long rows."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Swin / BEiT 2D relative position bias (Liu et al., ICCV 2021; Bao et al., ICLR 2022): golden index tables T16
-and resize rows T17 of methods.md §7, a float64 loop reference written here from the formula
+and hand-computed resize rows T17, a float64 loop reference written here from the formula
 B[h, a, b] = T[(y_a − y_b + Wh − 1)(2Ww − 1) + (x_a − x_b + Ww − 1), h], BEiT's CLS rows, resize and errors."""
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def test_resize_to_the_same_window_is_the_identity(kernel: str, beit_cls: bool) 
     assert torch.equal(resized, plain)
 
 
-# methods.md T17: [[0,1,4],[1,2,5],[4,5,8]] from 3x3 to 5x5, row 0 (a 2x2 window's table to a 3x3 window's);
+# golden T17: [[0,1,4],[1,2,5],[4,5,8]] from 3x3 to 5x5, row 0 (a 2x2 window's table to a 3x3 window's);
 # printed from float32, so compared to 5e-6
 T17_ROW0 = {
     "bilinear": [0.0, 0.4, 1.0, 2.8, 4.0],

@@ -107,7 +107,7 @@ def test_registry_entry() -> None:
 
 
 def test_code_frequencies_golden_t7() -> None:
-    """methods.md T7 t2t row at position 1, D = 8: the code variant's R_1 (concatenated, d/2 − 1 denominator)."""
+    """Golden T7 t2t row at position 1, D = 8: the code variant's R_1 (concatenated, d/2 − 1 denominator)."""
     r = tener_sinusoid(torch.tensor([1]), tener_frequencies(8, 10000.0, "code"), 8, torch.float64)[0]
     expected = [
         0.8414709848,

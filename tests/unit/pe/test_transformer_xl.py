@@ -117,7 +117,7 @@ def test_registry_entry() -> None:
 
 
 def test_sinusoid_golden_t7() -> None:
-    """methods.md T7 paper values at position 1, D = 8, regrouped into the concatenated [sin.., cos..] layout."""
+    """Golden T7 paper values at position 1, D = 8, regrouped into the concatenated [sin.., cos..] layout."""
     table = sinusoid_concat(torch.tensor([1]), 8, 10000.0, torch.float64)[0]
     expected = [
         0.8414709848,

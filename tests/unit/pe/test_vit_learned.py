@@ -1,7 +1,7 @@
-"""ViT learned 2D grid resized to a new grid (posenc.pe.vit_learned; methods.md A5, 7b): the golden rows of
-methods.md §7 (T17) for every kernel, float64 references of the four kernels written here from their
-definitions, the identity at the source grid, the antialiased outputs one row or one column wide (torch bug,
-methods.md 7b), the prefix rows, float32 interpolation of half tables, the seeded init, gradients and errors."""
+"""ViT learned 2D grid resized to a new grid (posenc.pe.vit_learned): the hand-computed golden rows
+(T17) for every kernel, float64 references of the four kernels written here from their
+definitions, the identity at the source grid, the antialiased outputs one row or one column wide (a torch
+bug), the prefix rows, float32 interpolation of half tables, the seeded init, gradients and errors."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from posenc.schemas.methods import Kind
 KERNELS: tuple[Kernel, ...] = ("vit_linear", "bicubic", "bicubic_antialias", "nearest")
 SPEC = get_method("vit_learned")
 
-# methods.md T17: the grid [[0,1,4],[1,2,5],[4,5,8]] resized from 3×3 to 5×5, row 0 (float32 script output)
+# golden T17: the grid [[0,1,4],[1,2,5],[4,5,8]] resized from 3×3 to 5×5, row 0 (float32 script output)
 T17_GRID = [[0.0, 1.0, 4.0], [1.0, 2.0, 5.0], [4.0, 5.0, 8.0]]
 T17_ROW0 = {
     "vit_linear": [0.0, 0.5, 1.0, 2.5, 4.0],
@@ -216,7 +216,7 @@ def test_same_grid_is_the_identity(kernel: Kernel, dtype: torch.dtype, source: t
 @pytest.mark.parametrize("target", [(3, 1), (1, 3), (7, 1), (1, 1)])
 def test_antialias_one_row_or_one_column(dim: int, target: tuple[int, int]) -> None:
     """torch's antialiased bicubic on a contiguous (1, D, H, W) input ignores H when the output is one column
-    wide (methods.md 7b); timm's permuted layout avoids it, as does the method (also for D = 1)."""
+    wide; timm's permuted layout avoids it, as does the method (also for D = 1)."""
     grid = randn(5, 4, dim, seed=dim)
     out = resize_grid(grid, target, "bicubic_antialias")
     torch.testing.assert_close(out, reference_resize(grid, target, "bicubic_antialias"), atol=1e-12, rtol=0)

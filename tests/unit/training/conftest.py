@@ -64,7 +64,7 @@ def text_file(data_dir: Path) -> Path:
 
 @pytest.fixture
 def shared_data_dir() -> Path | None:
-    """``../shared/data`` beside the checkout when it holds the real tinyshakespeare.txt, else None: a fresh
+    """The ``shared/data`` directory beside the checkout when it holds the real tinyshakespeare.txt, else None: a fresh
     clone has no such directory, so no test may need it."""
     directory = (REPO_ROOT / ".." / "shared" / "data").resolve()
     return directory if (directory / "tinyshakespeare.txt").is_file() else None

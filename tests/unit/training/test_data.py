@@ -41,7 +41,7 @@ def test_tinyshakespeare_is_found_in_the_data_dir(data_dir: Path, shared_data_di
     corpus = char_corpus(load_corpus_text("tinyshakespeare", data_dir))
     assert corpus.vocab == tuple(sorted(set(text)))
     assert (len(corpus.train), len(corpus.val)) == (int(len(text) * 0.9), len(text) - int(len(text) * 0.9))
-    if shared_data_dir is not None:  # the real file, when the checkout has ../shared/data beside it
+    if shared_data_dir is not None:  # the real file, when a shared data directory sits beside the checkout
         real = char_corpus(load_corpus_text("tinyshakespeare", shared_data_dir))
         assert real.vocab_size == 65
         assert (len(real.train), len(real.val)) == (1_003_854, 111_540)  # nanoGPT's split

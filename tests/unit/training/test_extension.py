@@ -1,4 +1,4 @@
-"""Context-extension studies (issue 21, item 3): one base model per seed, trained once and reused by every arm;
+"""Context-extension studies: one base model per seed, trained once and reused by every arm;
 each rule applied to its weights at evaluation only or after a fine-tune; the rules' params filled from the
 study; what a study cannot run refused naming the field; its cost counts the base once per seed."""
 

@@ -1,4 +1,4 @@
-"""A benchmark's generated summary (issue 21, item 4): the best method and its number with the spread over seeds,
+"""A benchmark's generated summary: the best method and its number with the spread over seeds,
 the runner-up and the gap, the ranking, the runs left out, the probes' effective length and control, a baseline's
 differences; built from small hand-made results shaped as ``assemble_benchmark`` returns them."""
 

@@ -168,6 +168,13 @@ def test_benchmark_end_to_end_table_csv_png_and_resume(text_file: Path, tmp_path
     assert list(rows[0]) == ["method", "seed", "size", "metric", "value", "learned", "in_distribution"]
     assert (tmp_path / "job" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "job" / "table.json").read_text())["table"] == table
+    # each run carries its own loss curve, at its own steps 1 ... steps, ending at its final loss
+    assert len(result["runs"]) == 4
+    for run_record in result["runs"]:
+        steps = [step for step, _ in run_record["loss_curve"]]
+        assert steps == list(range(1, 7)), run_record["label"]
+        assert run_record["loss_curve"][-1][1] == pytest.approx(run_record["final_loss"])
+    assert len({json.dumps(r["loss_curve"]) for r in result["runs"]}) == 4  # four runs, four curves
 
     total = 4 * (6 + 2)  # runs x (steps + eval lengths)
     assert [r.step for r in hooks.reports] == list(range(1, total + 1))
@@ -196,6 +203,8 @@ def test_train_then_extrapolate_the_saved_checkpoint(text_file: Path, tmp_path: 
     assert scores["ppl"] == pytest.approx(torch.tensor(scores["nll"]).exp().item())
     assert trained["loss_curve"][-1][0] == 6
     assert len(trained["runs"]) == 2
+    assert trained["runs"][0]["loss_curve"] == trained["loss_curve"]  # the first seed's is the job's
+    assert trained["runs"][1]["loss_curve"][-1] == [6, pytest.approx(trained["runs"][1]["final_loss"])]
     for name in ("model.safetensors", "model.json", "model-seed4.safetensors", "loss_curve.json"):
         assert (tmp_path / "train-1" / name).is_file(), name
     model, metadata = load_model(tmp_path / "train-1")

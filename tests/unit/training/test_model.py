@@ -33,7 +33,7 @@ def test_logits_shape_at_and_past_the_training_length(method: str, length: int) 
 
 def test_lm_x_model_has_the_published_parameter_count() -> None:
     config = ModelConfig(vocab_size=65, layers=2, dim=128, heads=4, method="rope")
-    assert count_parameters(TinyTransformer(config)) == 413_440  # evaluation.md §1.4
+    assert count_parameters(TinyTransformer(config)) == 413_440  # the LM-X text benchmark's model
 
 
 def test_same_seed_gives_identical_non_pe_weights_for_every_method() -> None:

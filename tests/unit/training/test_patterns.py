@@ -1,4 +1,4 @@
-"""Layer patterns (issue 21, item 1): each named pattern builds exactly the per-layer setup its model ships, a
+"""Layer patterns: each named pattern builds exactly the per-layer setup its model ships, a
 written-out unit tiles over the layers, windows and chunks equal a dense masked reference, Llama 4's temperature
 acts where its formula says, and what a pattern cannot honour is refused naming the field."""
 

@@ -32,7 +32,7 @@ def grid_json(grid: Sequence[int] | None) -> list[int] | None:
 
 
 def graph_json(graph: Mapping[str, Any] | BaseModel | None) -> dict[str, Any] | None:
-    """A graph (dict or the generated ``GraphIn`` model) as its JSON object; array-valued entries as lists."""
+    """A graph (dict or the generated GraphIn model) as its JSON object; array-valued entries as lists."""
     if graph is None:
         return None
     if isinstance(graph, BaseModel):

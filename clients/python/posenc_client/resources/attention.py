@@ -1,4 +1,4 @@
-"""``POST /v1/attention``: attention maps with any method applied by its kind, the output with ``v``, and
+"""POST /v1/attention: attention maps with any method applied by its kind, the output with v, and
 statistics."""
 
 from __future__ import annotations
@@ -91,38 +91,38 @@ class Attention(SyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> AttentionResult:
-        """``weights`` (B, H, Nq, Nk) and, with ``stats``, per head ``entropy``, ``mean_distance`` and
-        ``mass_by_distance``. q and k are (B, H, N, D); key_padding_mask (B, Nk) booleans, true = padding.
-        Query i sits at position i + ``query_offset`` (default: Nk - Nq when Nk > Nq, the queries being the last
+        """weights (B, H, Nq, Nk) and, with stats, per head entropy, mean_distance and
+        mass_by_distance. q and k are (B, H, N, D); key_padding_mask (B, Nk) booleans, true = padding.
+        Query i sits at position i + query_offset (default: Nk - Nq when Nk > Nq, the queries being the last
         tokens as in KV-cache decoding; else 0).
 
-        ``causal``: mask keys after the query (j > i + query_offset, in token order). Default None lets the
-        server decide: true for 1D sequences, false when ``grid``, ``positions`` or ``graph`` is given (token
+        causal: mask keys after the query (j > i + query_offset, in token order). Default None lets the
+        server decide: true for 1D sequences, false when grid, positions or graph is given (token
         order is no direction there).
 
-        Positions beyond 1D (at most one of ``grid``, ``positions``, ``graph``):
+        Positions beyond 1D (at most one of grid, positions, graph):
 
-        - ``grid``: (rows, cols) for 2D methods, (frames, rows, cols) for 3D; the keys are ``prefix_tokens``
+        - grid: (rows, cols) for 2D methods, (frames, rows, cols) for 3D; the keys are prefix_tokens
           tokens, then this grid's in C order, so Nk = prefix_tokens + prod(grid).
-        - ``prefix_tokens``: tokens before the grid's or the graph's (CLS, registers, a graph's virtual token):
+        - prefix_tokens: tokens before the grid's or the graph's (CLS, registers, a graph's virtual token):
           not rotated, biased or encoded the way grid tokens are (identity rotation; the method's own prefix
           entries or 0). Needs a grid or a graph.
-        - ``positions``: int positions of the keys, (Nk,) for 1D methods or (Nk, A) coordinates for 2D/3D
+        - positions: int positions of the keys, (Nk,) for 1D methods or (Nk, A) coordinates for 2D/3D
           methods ((row, col) or (frame, row, col)); negative rows are prefix tokens (prefix p at -(p + 1)).
-          Lists (of lists), numpy or torch integer arrays; sent like q and k (inline, or as the ``positions``
+          Lists (of lists), numpy or torch integer arrays; sent like q and k (inline, or as the positions
           tensor of a safetensors upload).
-        - ``graph``: for graph methods (Graphormer, Laplacian PE), a dict or a :class:`posenc_client.GraphIn`
-          with ``num_nodes``, ``edges`` ((u, v) node id pairs), optional ``edge_features`` (one categorical id,
-          or a list of ids, per edge) and ``directed`` (default false); the keys are ``prefix_tokens`` tokens,
+        - graph: for graph methods (Graphormer, Laplacian PE), a dict or a posenc_client.GraphIn
+          with num_nodes, edges ((u, v) node id pairs), optional edge_features (one categorical id,
+          or a list of ids, per edge) and directed (default false); the keys are prefix_tokens tokens,
           then its nodes (positions = node ids).
 
-        With a grid, positions or a graph the queries are the last Nq keys (or keys ``query_offset`` …).
+        With a grid, positions or a graph the queries are the last Nq keys (or keys query_offset …).
 
-        ``v`` (B, H, Nk, Dv) adds ``output`` (B, H, Nq, Dv), and for methods of kind ``attention`` (which
-        replace the softmax) ``leftover`` (B, H, Nq), the mass given to no key. ``x`` (B, Nk, D_model) is the
-        layer input, for methods that read it (``MethodInfo.needs``, e.g. FoX's gates). Tensor-valued
-        ``params`` (torch tensors, numpy arrays: learned weights such as T5's ``table``) are sent like q and k:
-        inline, or as ``params.<name>`` tensors of a safetensors upload."""
+        v (B, H, Nk, Dv) adds output (B, H, Nq, Dv), and for methods of kind attention (which
+        replace the softmax) leftover (B, H, Nq), the mass given to no key. x (B, Nk, D_model) is the
+        layer input, for methods that read it (MethodInfo.needs, e.g. FoX's gates). Tensor-valued
+        params (torch tensors, numpy arrays: learned weights such as T5's table) are sent like q and k:
+        inline, or as params.<name> tensors of a safetensors upload."""
         request = _attention_request(
             q,
             k,
@@ -173,7 +173,7 @@ class AsyncAttention(AsyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> AttentionResult:
-        """Like :meth:`Attention.compute` (grid, prefix_tokens, positions and graph included), awaited."""
+        """Like Attention.compute (grid, prefix_tokens, positions and graph included), awaited."""
         request = _attention_request(
             q,
             k,

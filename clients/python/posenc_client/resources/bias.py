@@ -1,4 +1,4 @@
-"""``POST /v1/bias``: the bias matrix of a bias method (ALiBi, T5, KERPLE, FIRE, Sandwich, ...)."""
+"""POST /v1/bias: the bias matrix of a bias method (ALiBi, T5, KERPLE, FIRE, Sandwich, ...)."""
 
 from __future__ import annotations
 
@@ -82,28 +82,28 @@ class Bias(SyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> BiasResult:
-        """``bias`` of shape (H, Nq, Nk), or (H, Nq + Nk - 1) with ``form="toeplitz"``.
+        """bias of shape (H, Nq, Nk), or (H, Nq + Nk - 1) with form="toeplitz".
 
         Give exactly one layout of the tokens:
 
-        - ``query_length`` (1D methods): Nq query tokens against ``key_length`` keys (default Nq). Query i sits
-          at position i + ``query_offset``; by default the queries are the last Nq of the Nk keys (Nk - Nq, as
+        - query_length (1D methods): Nq query tokens against key_length keys (default Nq). Query i sits
+          at position i + query_offset; by default the queries are the last Nq of the Nk keys (Nk - Nq, as
           a KV-cache decode step), or 0 when Nq >= Nk.
-        - ``grid`` (2D/3D methods): (rows, cols) or (frames, rows, cols); self-attention of ``prefix_tokens``
+        - grid (2D/3D methods): (rows, cols) or (frames, rows, cols); self-attention of prefix_tokens
           tokens, then the grid's in C order: (H, P + prod(grid), P + prod(grid)), dense form only.
-        - ``graph`` (graph methods such as Graphormer): a dict or a :class:`posenc_client.GraphIn` with
-          ``num_nodes``, ``edges`` ((u, v) node id pairs), optional ``edge_features`` (one categorical id, or a
-          list of ids, per edge) and ``directed`` (default false); the tokens are ``prefix_tokens`` tokens,
+        - graph (graph methods such as Graphormer): a dict or a posenc_client.GraphIn with
+          num_nodes, edges ((u, v) node id pairs), optional edge_features (one categorical id, or a
+          list of ids, per edge) and directed (default false); the tokens are prefix_tokens tokens,
           then its nodes: (H, P + num_nodes, P + num_nodes).
 
-        ``prefix_tokens`` (with a grid or a graph): tokens before the grid's or the graph's (CLS, registers, a
+        prefix_tokens (with a grid or a graph): tokens before the grid's or the graph's (CLS, registers, a
         graph's virtual token), not biased the way grid tokens are (the method's own prefix entries or 0).
 
-        ``causal``: mask keys after the query (j > i + query_offset) with -inf and use the method's causal
+        causal: mask keys after the query (j > i + query_offset) with -inf and use the method's causal
         form. Default None lets the server decide: true for 1D sequences, false for a grid or a graph (token
         order is no direction there).
 
-        ``accept`` overrides the media type asked for (default application/octet-stream).
+        accept overrides the media type asked for (default application/octet-stream).
         """
         request = _bias_request(
             method=method,
@@ -140,9 +140,9 @@ class Bias(SyncResource):
         form: Literal["dense", "toeplitz"] = "dense",
         params: dict[str, Any] | None = None,
     ) -> Path:
-        """Stream the bias into a file: ``.npy``, ``.safetensors`` (with the meta), else raw bytes.
+        """Stream the bias into a file: .npy, .safetensors (with the meta), else raw bytes.
 
-        The arguments are those of :meth:`Bias.compute` (one of query_length, grid or graph)."""
+        The arguments are those of Bias.compute (one of query_length, grid or graph)."""
         request = _bias_request(
             method=method,
             num_heads=num_heads,
@@ -181,7 +181,7 @@ class AsyncBias(AsyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> BiasResult:
-        """Like :meth:`Bias.compute` (query_length, grid or graph; prefix_tokens), awaited."""
+        """Like Bias.compute (query_length, grid or graph; prefix_tokens), awaited."""
         request = _bias_request(
             method=method,
             num_heads=num_heads,
@@ -217,9 +217,9 @@ class AsyncBias(AsyncResource):
         form: Literal["dense", "toeplitz"] = "dense",
         params: dict[str, Any] | None = None,
     ) -> Path:
-        """Stream the bias into a file: ``.npy``, ``.safetensors`` (with the meta), else raw bytes.
+        """Stream the bias into a file: .npy, .safetensors (with the meta), else raw bytes.
 
-        The arguments are those of :meth:`Bias.compute` (one of query_length, grid or graph)."""
+        The arguments are those of Bias.compute (one of query_length, grid or graph)."""
         request = _bias_request(
             method=method,
             num_heads=num_heads,

@@ -1,4 +1,4 @@
-"""``POST /v1/encodings``: absolute encodings P (sinusoidal, axial, 2D/3D sinusoidal, learned, graph)."""
+"""POST /v1/encodings: absolute encodings P (sinusoidal, axial, 2D/3D sinusoidal, learned, graph)."""
 
 from __future__ import annotations
 
@@ -72,19 +72,19 @@ class Encodings(SyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> EncodingResult:
-        """``encoding`` of shape (length, dim), (*grid, dim) for 2D/3D methods, or (num_nodes, dim) for graph
+        """encoding of shape (length, dim), (*grid, dim) for 2D/3D methods, or (num_nodes, dim) for graph
         methods. Give exactly one of:
 
-        - ``length`` (1D methods);
-        - ``grid``: (H, W) or (T, H, W) (2D/3D methods);
-        - ``graph`` (graph methods such as Laplacian PE): encode its nodes (N = num_nodes); a dict or a
-          :class:`posenc_client.GraphIn` with ``num_nodes``, ``edges`` ((u, v) node id pairs), optional
-          ``edge_features`` and ``directed`` (default false).
+        - length (1D methods);
+        - grid: (H, W) or (T, H, W) (2D/3D methods);
+        - graph (graph methods such as Laplacian PE): encode its nodes (N = num_nodes); a dict or a
+          posenc_client.GraphIn with num_nodes, edges ((u, v) node id pairs), optional
+          edge_features and directed (default false).
 
-        ``prefix_tokens`` P > 0 also returns ``prefix`` (P, dim): the rows the method adds to the prefix tokens
+        prefix_tokens P > 0 also returns prefix (P, dim): the rows the method adds to the prefix tokens
         (CLS, registers) before the grid's, e.g. ViT's learned CLS position embedding (zeros for methods with
         no prefix entries). The response then holds two tensors, so the default media type is safetensors
-        rather than octet-stream (which carries only ``encoding``).
+        rather than octet-stream (which carries only encoding).
         """
         request = _encoding_request(
             method=method,
@@ -116,7 +116,7 @@ class AsyncEncodings(AsyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> EncodingResult:
-        """Like :meth:`Encodings.compute` (graph and prefix_tokens included), awaited."""
+        """Like Encodings.compute (graph and prefix_tokens included), awaited."""
         request = _encoding_request(
             method=method,
             length=length,

@@ -1,8 +1,8 @@
-"""``/v1/jobs``: queued training, extrapolation, benchmark and compute jobs; ``wait()`` polls one to the end.
+"""/v1/jobs: queued training, extrapolation, benchmark and compute jobs; wait() polls one to the end.
 
 A compute job runs one compute request on a worker, past the gateway's output budget:
-``client.jobs.create("compute", {"route": "bias", "request": {...}})``; its tensors are the artifact
-``tensors.safetensors``.
+client.jobs.create("compute", {"route": "bias", "request": {...}}); its tensors are the artifact
+tensors.safetensors.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class Jobs(SyncResource):
 
     def list(self, *, status: JobStatus | None = None, kind: JobKind | None = None) -> list[JobSummary]:
         """Recent jobs, newest first, optionally of one status and/or kind: summaries, without spec, result or
-        artifacts (``get(job_id)`` has the whole record)."""
+        artifacts (get(job_id) has the whole record)."""
         response = self._client._request(_list_request(status, kind))
         return JobList.model_validate_json(response.content).data
 
@@ -118,7 +118,7 @@ class Jobs(SyncResource):
         return _events(self._client._request(_events_request(job_id)))
 
     def download_artifact(self, job_id: str, name: str, path: str | Path) -> Path:
-        """Stream artifact ``name`` to ``path`` (a file, or a directory to put it in); returns the file."""
+        """Stream artifact name to path (a file, or a directory to put it in); returns the file."""
         target = _artifact_target(path, name)
         self._client._download(_artifact_request(job_id, name), target)
         return target
@@ -134,11 +134,11 @@ class Jobs(SyncResource):
     ) -> Job:
         """Poll until the job ends; return it when it succeeded.
 
-        Polls every ``poll_interval`` seconds, or as the server's Retry-After says; calls ``on_progress(job)``
-        whenever status or progress changes; shows a tqdm bar (step of total, loss) when ``progress_bar`` is
+        Polls every poll_interval seconds, or as the server's Retry-After says; calls on_progress(job)
+        whenever status or progress changes; shows a tqdm bar (step of total, loss) when progress_bar is
         True, or when it is None and tqdm is installed and stderr is a terminal.
 
-        Raises JobFailedError (failed or expired), JobCancelledError, or JobWaitTimeoutError after ``timeout``
+        Raises JobFailedError (failed or expired), JobCancelledError, or JobWaitTimeoutError after timeout
         seconds (the job keeps running).
         """
         watcher = JobWatcher(
@@ -190,7 +190,7 @@ class AsyncJobs(AsyncResource):
         return _job(await self._client._request(_get_request(job_id)))
 
     async def list(self, *, status: JobStatus | None = None, kind: JobKind | None = None) -> list[JobSummary]:
-        """Recent jobs as summaries, as :meth:`Jobs.list`."""
+        """Recent jobs as summaries, as Jobs.list."""
         response = await self._client._request(_list_request(status, kind))
         return JobList.model_validate_json(response.content).data
 

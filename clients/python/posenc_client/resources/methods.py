@@ -1,4 +1,4 @@
-"""``GET /v1/methods`` and ``GET /v1/methods/{name}``: the catalogue of positional encodings."""
+"""GET /v1/methods and GET /v1/methods/{name}: the catalogue of positional encodings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``GET /v1/models`` (presets), ``POST /v1/models/resolve`` and ``POST /v1/models/gguf``: real models' configs (and
+"""GET /v1/models (presets), POST /v1/models/resolve and POST /v1/models/gguf: real models' configs (and
 GGUF files' metadata) as per-layer rotary setups."""
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def _gguf_request(gguf: GgufSource, against: ConfigSource | None, against_preset
 
 class Models(SyncResource):
     def resolve(self, config: ConfigSource | None = None, *, preset: str | None = None) -> ResolvedModel:
-        """One rotary setup per layer of a model (``layers``: method and params or None for NoPE, rotated
-        slice, pairing, scales, window, M-RoPE sections) and ``warnings`` for known bug patterns. ``config``: a
-        config.json path or its dict; or ``preset``: a name from ``list()``."""
+        """One rotary setup per layer of a model (layers: method and params or None for NoPE, rotated
+        slice, pairing, scales, window, M-RoPE sections) and warnings for known bug patterns. config: a
+        config.json path or its dict; or preset: a name from list()."""
         response = self._client._request(_resolve_request(config, preset))
         return ResolvedModel.model_validate_json(response.content)
 
@@ -88,17 +88,17 @@ class Models(SyncResource):
         return ModelPreset.model_validate_json(self._client._request(_get_request(name)).content)
 
     def convert(self, config: ConfigSource, to: Literal["v4", "v5"]) -> dict[str, Any]:
-        """The config in the other Hugging Face dialect: v4 ``rope_scaling`` or v5 ``rope_parameters``."""
+        """The config in the other Hugging Face dialect: v4 rope_scaling or v5 rope_parameters."""
         return ConvertResponse.model_validate_json(self._client._request(_convert_request(config, to)).content).config
 
     def gguf(
         self, gguf: GgufSource, *, against: ConfigSource | None = None, against_preset: str | None = None
     ) -> GgufResolved:
-        """A GGUF's layers, as ``resolve`` gives them for the config its metadata maps to (also in the answer, as
-        ``config``), and with ``against`` (a config.json path or dict) or ``against_preset`` a warning for every rope
-        field the conversion dropped, renamed or changed (``gguf_field_*``, both values in ``evidence``) and every
-        layer that resolves differently (``gguf_layers_differ``). ``gguf``: a .gguf path (its header is read here,
-        see ``read_gguf``; needs the ``gguf`` extra) or the header as ``read_gguf`` returns it."""
+        """A GGUF's layers, as resolve gives them for the config its metadata maps to (also in the answer, as
+        config), and with against (a config.json path or dict) or against_preset a warning for every rope
+        field the conversion dropped, renamed or changed (gguf_field_*, both values in evidence) and every
+        layer that resolves differently (gguf_layers_differ). gguf: a .gguf path (its header is read here,
+        see read_gguf; needs the gguf extra) or the header as read_gguf returns it."""
         response = self._client._request(_gguf_request(gguf, against, against_preset))
         return GgufResolved.model_validate_json(response.content)
 

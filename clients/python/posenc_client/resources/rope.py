@@ -1,4 +1,4 @@
-"""``/v1/rope/*``: diagnostics of rotary setups (M-RoPE position ids, and the probes added with them)."""
+"""/v1/rope/*: diagnostics of rotary setups (M-RoPE position ids, and the probes added with them)."""
 
 from __future__ import annotations
 
@@ -52,18 +52,18 @@ def _diagnostic(name: str, setup: Setup | None = None, **fields: Any) -> HTTPReq
 
 class Rope(SyncResource):
     def frequencies(self, setup: Setup, *, train_length: int) -> dict[str, Any]:
-        """Per pair: ω, wavelength, rotations over ``train_length``, wraps, band (YaRN ramp, Llama 3 bands).
-        ``setup``: ``{"method", "params", "rotary_dim", "pairing"}`` or ``{"config", "layer"}``."""
+        """Per pair: ω, wavelength, rotations over train_length, wraps, band (YaRN ramp, Llama 3 bands).
+        setup: {"method", "params", "rotary_dim", "pairing"} or {"config", "layer"}."""
         return _json(self._client._request(_diagnostic("frequencies", setup, train_length=train_length)).content)
 
     def precision(self, setup: Setup, *, dtype: str = "bfloat16", **options: Any) -> dict[str, Any]:
-        """The error of rotating in ``dtype`` against float64 per band of positions (``positions_bands``,
-        ``positions_per_band``, ``seed``)."""
+        """The error of rotating in dtype against float64 per band of positions (positions_bands,
+        positions_per_band, seed)."""
         request = _diagnostic("precision", setup, dtype=dtype, **options)
         return _json(self._client._request(request).content)
 
     def compare(self, setup_a: Setup, setup_b: Setup, *, max_position: int, **options: Any) -> dict[str, Any]:
-        """The first position where two setups' angles or logits part (``tolerance_angle``, ``tolerance_logit``)."""
+        """The first position where two setups' angles or logits part (tolerance_angle, tolerance_logit)."""
         request = _diagnostic(
             "compare", setup_a=dict(setup_a), setup_b=dict(setup_b), max_position=max_position, **options
         )
@@ -77,9 +77,9 @@ class Rope(SyncResource):
     def serve_check(self, setup: Setup, **options: Any) -> dict[str, Any]:
         """A serving simulator: chunked prefill, decode, a left-padded batch, packed documents and a sink + window
         cache against full recomputation, per variant the largest logit error and the first wrong (sequence,
-        query, key). ``setup``: ``{"method", "params", "rotary_dim", "pairing"}`` (rotary or bias methods) or
-        ``{"config", "layer"}`` (NoPE layers too); options ``heads``, ``length``, ``chunk_sizes``, ``prefill``,
-        ``batch_lengths``, ``documents``, ``sinks``, ``window``, ``tolerance``, ``seed``."""
+        query, key). setup: {"method", "params", "rotary_dim", "pairing"} (rotary or bias methods) or
+        {"config", "layer"} (NoPE layers too); options heads, length, chunk_sizes, prefill,
+        batch_lengths, documents, sinks, window, tolerance, seed."""
         return _json(self._client._request(_diagnostic("serve_check", setup, **options)).content)
 
     def temperature(
@@ -107,9 +107,9 @@ class Rope(SyncResource):
         tokens_per_second: float = 2.0,
         advance: Literal["max_hw", "max_id"] = "max_hw",
     ) -> PositionIdsResponse:
-        """Qwen-VL M-RoPE (t, h, w) ids, ``ids`` (3, N), of segments like ``{"kind": "text", "length": 5}``,
-        ``{"kind": "image", "grid": [1, 28, 28]}``, ``{"kind": "video", "grid": [8, 28, 28],
-        "seconds_per_grid": 1.0}``, by the model family's own rule; ``warnings`` where the two position-advance
+        """Qwen-VL M-RoPE (t, h, w) ids, ids (3, N), of segments like {"kind": "text", "length": 5},
+        {"kind": "image", "grid": [1, 28, 28]}, {"kind": "video", "grid": [8, 28, 28],
+        "seconds_per_grid": 1.0}, by the model family's own rule; warnings where the two position-advance
         rules of transformers' releases disagree."""
         request = _position_ids_request(segments, rule, spatial_merge_size, tokens_per_second, advance)
         return PositionIdsResponse.model_validate_json(self._client._request(request).content)

@@ -1,4 +1,4 @@
-"""``POST /v1/rotary``: rotate q (and k) by their positions with RoPE or one of its scalings."""
+"""POST /v1/rotary: rotate q (and k) by their positions with RoPE or one of its scalings."""
 
 from __future__ import annotations
 
@@ -88,24 +88,24 @@ class Rotary(SyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> RotaryResult:
-        """Rotated ``q`` and ``k`` (B, H, N, D), plus ``cos``/``sin`` (N, rotary_dim/2) with return_tables.
+        """Rotated q and k (B, H, N, D), plus cos/sin (N, rotary_dim/2) with return_tables.
 
-        q, k and positions: torch tensors, numpy arrays, nested lists, or ``{"random": {"shape": [...],
-        "seed": 0}}`` to have the server generate them. ``k`` may be omitted with ``rotate="query"``.
+        q, k and positions: torch tensors, numpy arrays, nested lists, or {"random": {"shape": [...],
+        "seed": 0}} to have the server generate them. k may be omitted with rotate="query".
 
-        The tokens' positions (default arange(N) + ``offset``), at most one of:
+        The tokens' positions (default arange(N) + offset), at most one of:
 
-        - ``positions``: int positions (N,), or (N, A) coordinates for 2D/3D methods ((row, col) or
+        - positions: int positions (N,), or (N, A) coordinates for 2D/3D methods ((row, col) or
           (frame, row, col)); negative rows are prefix tokens, left unrotated (prefix p at -(p + 1)). Sent like
-          q and k: inline, or as the ``positions`` tensor of a safetensors upload.
-        - ``grid``: (rows, cols) for 2D methods, (frames, rows, cols) for 3D: the tokens are ``prefix_tokens``
+          q and k: inline, or as the positions tensor of a safetensors upload.
+        - grid: (rows, cols) for 2D methods, (frames, rows, cols) for 3D: the tokens are prefix_tokens
           tokens, then this grid's in C order (N = prefix_tokens + prod(grid)).
 
-        ``prefix_tokens`` (with a grid): tokens before the grid's (CLS, registers), not rotated (identity).
+        prefix_tokens (with a grid): tokens before the grid's (CLS, registers), not rotated (identity).
 
-        ``method`` (default ``"rope"``) and ``params``, or a model's ``config`` (a config.json path, its dict or a
-        preset's name) and ``layer``: that layer's method, params, rotated slice and pairing, as
-        ``client.models.resolve`` reports them. ``pairing`` defaults to the method's own (half, rotate_half, for
+        method (default "rope") and params, or a model's config (a config.json path, its dict or a
+        preset's name) and layer: that layer's method, params, rotated slice and pairing, as
+        client.models.resolve reports them. pairing defaults to the method's own (half, rotate_half, for
         all but the block rotations).
         """
         request = _rotary_request(
@@ -154,7 +154,7 @@ class AsyncRotary(AsyncResource):
         return_format: ReturnFormat | None = None,
         accept: str | None = None,
     ) -> RotaryResult:
-        """Like :meth:`Rotary.apply` ((N, A) positions, grid and prefix_tokens included), awaited."""
+        """Like Rotary.apply ((N, A) positions, grid and prefix_tokens included), awaited."""
         request = _rotary_request(
             q,
             k,

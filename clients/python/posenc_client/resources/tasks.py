@@ -1,4 +1,4 @@
-"""``GET /v1/tasks``: every job task with its family, unit, size fields and metrics, and the suites."""
+"""GET /v1/tasks: every job task with its family, unit, size fields and metrics, and the suites."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ _REQUEST = HTTPRequest(method="GET", path="/v1/tasks", headers={"Accept": "appli
 
 class Tasks(SyncResource):
     def list(self) -> TaskCatalogue:
-        """The tasks a job's ``data.task`` may name (``.tasks``) and the suites a benchmark may name (``.suites``)."""
+        """The tasks a job's data.task may name (.tasks) and the suites a benchmark may name (.suites)."""
         return TaskCatalogue.model_validate_json(self._client._request(_REQUEST).content)
 
 
