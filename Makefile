@@ -17,14 +17,14 @@ help:
 	@echo "make bench    benchmark scripts (ratios against same-run baselines)"
 	@echo "make docs     serve the documentation site (MkDocs) on 127.0.0.1:8001"
 
+# The last steps fetch a test-only tool: llama.cpp's own converter (convert_hf_to_gguf.py, its conversion/ package
+# and its gguf-py), from the llama.cpp tree that the llama-cpp-python sdist vendors, pinned by hash;
+# tests/unit/test_llama_cpp_converter.py runs it in a subprocess. Nothing is built and the product never imports it.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]" -e "./clients/python[all,codegen]"
-	# test-only: llama.cpp's own converter (convert_hf_to_gguf.py, its conversion/ package and its gguf-py), from the
-	# llama.cpp tree that the llama-cpp-python sdist vendors, pinned by hash; tests/unit/test_llama_cpp_converter.py
-	# runs it in a subprocess. Nothing is built and the product never imports it.
 	rm -rf $(VENV)/llama.cpp $(VENV)/downloads && mkdir -p $(VENV)/llama.cpp $(VENV)/downloads
 	$(BIN)/pip download -q --no-deps --no-binary :all: --dest $(VENV)/downloads llama-cpp-python==$(LLAMA_CPP_PYTHON)
 	echo "$(LLAMA_CPP_SHA256)  $(VENV)/downloads/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz" | sha256sum -c --quiet -

@@ -85,6 +85,10 @@ class ModelTypeRecord:
     # the rope types the config class accepts (None: every one transformers knows); Phi3Config.validate_rope
     # refuses any but default and longrope
     rope_types: tuple[str, ...] | None = None
+    # older rope-type spellings the config class renames before transformers reads them (Phi3Config: "su";
+    # Qwen2VLTextConfig / Qwen2_5_VLTextConfig: "mrope"); any other spelling outside TRANSFORMERS_ROPE_TYPES is
+    # vLLM's, which transformers cannot load
+    renamed_rope_types: tuple[str, ...] = ()
     # the class's max_position_embeddings, what a rope type that needs a length reads where config.json gives none
     max_position_embeddings: int | None = None
 
@@ -107,6 +111,9 @@ class ModelTypeRecord:
             return True
         return False if self.default_rope_whole_head else None
 
+
+# the rope types transformers' rope code knows (modeling_rope_utils: "default" and ROPE_INIT_FUNCTIONS' keys)
+TRANSFORMERS_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 
 GENERIC = ModelTypeRecord(model_type="", reads_no_rope_layers=True)
 
@@ -165,14 +172,14 @@ RECORDS: tuple[ModelTypeRecord, ...] = (
         "qwen2_vl", "Qwen2VLTextConfig", "qwen2vl", aliases=("qwen2_vl_text",),
         defaults=_frozen({"rope_theta": 1_000_000.0}),
         ignored_keys=frozenset({"head_dim", "partial_rotary_factor"}), mrope_section=(16, 24, 24),
-        declares_layer_types=True,
+        declares_layer_types=True, renamed_rope_types=("mrope",),
     ),
     # models/qwen2_5_vl: Qwen2_5_VLTextConfig, Qwen2_5_VLRotaryEmbedding: as Qwen2-VL
     ModelTypeRecord(
         "qwen2_5_vl", "Qwen2_5_VLTextConfig", "qwen2vl", aliases=("qwen2_5_vl_text",),
         defaults=_frozen({"rope_theta": 1_000_000.0}),
         ignored_keys=frozenset({"head_dim", "partial_rotary_factor"}), mrope_section=(16, 24, 24),
-        declares_layer_types=True,
+        declares_layer_types=True, renamed_rope_types=("mrope",),
     ),
     # models/qwen3_vl: Qwen3VLTextConfig (default_theta 5e5); Qwen3VLTextRotaryEmbedding: mrope_section defaults to
     # [24, 20, 20], always interleaved (recomposition_frequencies); default rope reads no partial
@@ -258,7 +265,7 @@ RECORDS: tuple[ModelTypeRecord, ...] = (
     ModelTypeRecord("glm4_moe", "Glm4MoeConfig", "glm4moe", defaults=_frozen({"partial_rotary_factor": 0.5})),
     # models/phi: PhiConfig (0.5); models/phi3: Phi3Config; persimmon (0.5), stablelm (0.25), nemotron (0.5)
     ModelTypeRecord("phi", "PhiConfig", "phi2", defaults=_frozen({"partial_rotary_factor": 0.5})),
-    ModelTypeRecord("phi3", "Phi3Config", "phi3", rope_types=("default", "longrope")),
+    ModelTypeRecord("phi3", "Phi3Config", "phi3", rope_types=("default", "longrope"), renamed_rope_types=("su",)),
     ModelTypeRecord("persimmon", "PersimmonConfig", None, defaults=_frozen({"partial_rotary_factor": 0.5})),
     ModelTypeRecord("stablelm", "StableLmConfig", "stablelm", defaults=_frozen({"partial_rotary_factor": 0.25})),
     ModelTypeRecord("nemotron", "NemotronConfig", "nemotron", defaults=_frozen({"partial_rotary_factor": 0.5})),

@@ -537,3 +537,31 @@ def test_deepseek_v4_compress_regime_keeps_its_own_original_length_whatever_the_
     assert compressed
     for layer in compressed:
         assert layer.params["original_max_position_embeddings"] == expected["original_max_position_embeddings"]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "spelled", "warned"),
+    [("mistral", "su", True), ("llama", "deepseek_yarn", True), ("phi3", "su", False), ("llama", "yarn", False)],
+)
+def test_a_vllm_rope_type_spelling_is_resolved_and_said_where_transformers_cannot_load_it(
+    model_type: str, spelled: str, warned: bool
+) -> None:
+    """vLLM's spellings (``su``, ``deepseek_yarn``) resolve as vLLM runs them; where the model type's config class
+    does not rename the spelling, transformers refuses the config, and the warning says so."""
+    from tests.helpers.transformers_rope import hf_rope
+
+    rope: dict[str, Any] = {"rope_type": spelled, "factor": 4.0, "original_max_position_embeddings": 2048}
+    if spelled == "su":
+        rope = {"rope_type": spelled, "short_factor": [1.0] * 64, "long_factor": [2.0] * 64,
+                "original_max_position_embeddings": 2048}  # fmt: skip
+    config = {"model_type": model_type, **SMALL, "head_dim": 128, "max_position_embeddings": 8192,
+              "rope_theta": 10000.0, "rope_scaling": rope}  # fmt: skip
+    resolved = resolve_config(config)
+    assert resolved.layers[0].method is not None
+    codes = {warning.code for warning in resolved.warnings}
+    assert ("rope_type_not_in_transformers" in codes) is warned
+    if warned:
+        with pytest.raises(KeyError, match=spelled):  # ROPE_INIT_FUNCTIONS has no such type
+            hf_rope(config)
+    else:
+        hf_rope(config)  # transformers loads it

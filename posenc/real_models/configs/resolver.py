@@ -46,7 +46,7 @@ from posenc.real_models.configs.pattern_warnings import pattern_warnings
 from posenc.real_models.configs.regimes import resolve_regimes
 from posenc.real_models.configs.rope_blocks import Block, both_rope_dicts, rope_blocks
 from posenc.real_models.configs.rotary_dims import rotary_dims
-from posenc.real_models.model_types import ModelTypeRecord, model_type_record
+from posenc.real_models.model_types import TRANSFORMERS_ROPE_TYPES, ModelTypeRecord, model_type_record
 from posenc.real_models.presets import config_or_preset
 
 
@@ -171,6 +171,9 @@ def _resolve_text(top: TextFields, text: TextFields) -> ResolvedConfig:
     read_blocks = {kind: block for kind, block in blocks.items() if block is not None and kind in rotated_types}
     for block in read_blocks.values():
         _check_rope_type(block, record)
+        spelling = _spelling_warning(block, record)
+        if spelling is not None and spelling not in warnings:
+            warnings.append(spelling)
     methods = {layer_type: method_params(block, text) for layer_type, block in read_blocks.items()}
     # one rotation per layer type: its rotated width, method, params and attention scale, computed once
     setups: dict[str, tuple[int, int, Method, float]] = {}
@@ -309,3 +312,22 @@ def _check_rope_type(block: Block, record: ModelTypeRecord) -> None:
             f"{block.fields.kind!r}: {record.model_type}'s config class in transformers takes only "
             f"{list(record.rope_types)}",
         )
+
+
+def _spelling_warning(block: Block, record: ModelTypeRecord) -> ConfigWarning | None:
+    """A rope type spelled as vLLM spells it (``su``, ``deepseek_yarn``, ``mrope``) where the model type's config
+    class does not rename it: resolved as vLLM runs it, but transformers' rope code has no such type and refuses
+    the config (KeyError in ``ROPE_INIT_FUNCTIONS``)."""
+    spelled = block.fields.kind
+    if spelled in TRANSFORMERS_ROPE_TYPES or spelled in record.renamed_rope_types:
+        return None
+    key = "rope_type" if block.fields.rope_type is not None else "type"
+    meant = HF_ROPE_TYPES.get(spelled, spelled)
+    return ConfigWarning(
+        "rope_type_not_in_transformers",
+        f"{'.'.join(map(str, (*block.loc, key)))} is {spelled!r}, vLLM's spelling of {meant!r}: resolved as "
+        f"{meant!r}, but transformers has no rope type {spelled!r} for {record.model_type or 'this model type'} "
+        f"and refuses the config; spell it {meant!r}.",
+        [],
+        {"rope_type": spelled, "transformers_rope_type": meant},
+    )
