@@ -139,6 +139,7 @@ def test_no_code_outside_posenc_pe_branches_on_a_methods_kind() -> None:
 # A new literal fails the test below: put the fact in the method's @register instead.
 METHOD_NAME_LITERALS = {
     "posenc/real_models/presets.py": {"mrope"},  # a config's rope_type value (Qwen2-VL's v4 spelling), not a method
+    "posenc/real_models/model_types.py": {"mrope"},  # the rope_type value Qwen2-VL's config classes rename
     "posenc/patterns.py": {"nope", "rope_proportional"},  # the named patterns' layers: what those models ship
     "posenc/schemas/jobs.py": {"rope"},  # a context-extension study's default base model
     "posenc/tasks/suites.py": {"nope"},  # a placeholder entry to read a spec's defaults
