@@ -189,6 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--documents", type=int, nargs="+", default=None, metavar="N")
     serve.add_argument("--sinks", type=int, default=None)
     serve.add_argument("--window", type=int, default=None)
+    serve.add_argument(
+        "--requests",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="lengths of the requests one transformers model serves one after another (its dynamic rotary state "
+        "carried between them)",
+    )
     serve.add_argument("--json", action="store_true", help="print the whole report as JSON")
     serve.set_defaults(run=_rope_serve_check)
     presets = rope_commands.add_parser("presets", help="list the model presets")
@@ -424,6 +433,7 @@ def _rope_serve_check(client: Client, args: argparse.Namespace) -> int:
         "documents": args.documents,
         "sinks": args.sinks,
         "window": args.window,
+        "requests": args.requests,
     }
     report = client.rope.serve_check(setup, **{key: value for key, value in options.items() if value is not None})
     if args.json:
@@ -437,6 +447,8 @@ def _rope_serve_check(client: Client, args: argparse.Namespace) -> int:
     print(f"sensitive to: {', '.join(summary['sensitive_to']) or 'none'}")
     if summary["equivalent_for_this_setup"]:
         print(f"equivalent for this setup: {', '.join(summary['equivalent_for_this_setup'])}")
+    if summary.get("transformers_differs"):
+        print(f"transformers differs from recomputation: {', '.join(summary['transformers_differs'])}")
     return 0
 
 

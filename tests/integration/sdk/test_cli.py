@@ -308,3 +308,19 @@ def test_rope_serve_check_for_a_method_and_a_preset_s_layer(compute_gateway: Any
     usage = run_cli("rope", "serve-check", "--preset", "smollm3-3b", url=compute_gateway.url)
     assert usage.returncode == 2
     assert "--layer" in usage.stderr
+
+
+def test_rope_serve_check_runs_transformers_requests_and_says_where_transformers_differs(compute_gateway: Any) -> None:
+    """--requests: dynamic NTK served as one transformers model serves a 40-token request and then a 20-token one;
+    its grown frequencies stay for the second, so transformers differs from recomputing it, and the CLI says so."""
+    params = '{"factor": 2, "original_max_position_embeddings": 16}'
+    args = ["rope", "serve-check", "--method", "rope_dynamic_ntk", "--params", params, "--rotary-dim", "16",
+            "--length", "40", "--requests", "40", "20"]  # fmt: skip
+    report = json.loads(run_cli(*args, "--json", url=compute_gateway.url).stdout)
+    assert report["schedules"]["requests"] == [40, 20]
+    [served] = [v for v in report["variants"] if v["label"] == "transformers_requests"]
+    assert served["sequence_errors"][0] == 0.0 < served["sequence_errors"][1]  # the second request, not the first
+    table = run_cli(*args, url=compute_gateway.url)
+    assert table.returncode == 0, table.stderr
+    [line] = [line for line in table.stdout.splitlines() if line.startswith("transformers differs")]
+    assert "transformers_requests" in line
