@@ -140,7 +140,9 @@ def serve(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if not settings.redis_url:
-            redis_server = runtime.start_redis(state_dir)
+            redis_server = runtime.start_redis(
+                state_dir, avoid=frozenset({get_settings().port})
+            )  # the gateway binds it later
             os.environ["POSENC_REDIS_URL"] = redis_server.url
             get_settings.cache_clear()
             print(f"posenc: redis-server on {redis_server.url} (data in {redis_server.directory})", flush=True)

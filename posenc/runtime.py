@@ -84,10 +84,15 @@ def find_redis_server() -> Path:
     return bundled
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(avoid: frozenset[int] = frozenset()) -> int:
+    """A port free on 127.0.0.1 now, none of ``avoid`` (ports a process of ours will bind later: the OS may hand a
+    released port out again)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 @dataclass
@@ -105,14 +110,20 @@ class EmbeddedRedis:
 
 
 def start_redis(
-    state_dir: Path, *, binary: Path | None = None, timeout: float = 20.0, attempts: int = 3
+    state_dir: Path,
+    *,
+    binary: Path | None = None,
+    timeout: float = 20.0,
+    attempts: int = 3,
+    avoid: frozenset[int] = frozenset(),
 ) -> EmbeddedRedis:
-    """A redis-server on 127.0.0.1 and a free port, append-only, its data in ``state_dir/redis``."""
+    """A redis-server on 127.0.0.1 and a free port (none of ``avoid``: the gateway's own, bound after Redis
+    starts), append-only, its data in ``state_dir/redis``."""
     binary = binary or find_redis_server()
     directory = state_dir / "redis"
     directory.mkdir(parents=True, exist_ok=True)
     for _ in range(attempts):  # another process may take the free port between the probe and the bind
-        port = free_port()
+        port = free_port(avoid)
         process = subprocess.Popen(
             [
                 str(binary),
