@@ -1,7 +1,8 @@
 """A job's ``estimate_s`` against its measured time (``finished_at - started_at`` of its record), with a real Redis,
 a real worker and a live gateway: once the worker has measured one run of a task family, every estimate of a
 small spread of jobs of it (train, extrapolate, a benchmark that fans out, the README quickstart) is within
-[0.4x, 2.5x] of what the job took, on a quiet machine or beside the rest of the suite. And the gateway refuses, naming the field, a job over the memory budget."""
+[0.4x, 2.5x] of what the job took, on a quiet machine or beside the rest of the suite. And the gateway refuses,
+naming the field, a job over the memory budget."""
 
 from __future__ import annotations
 
