@@ -247,6 +247,12 @@ def speed_key(queue: str, family: str, path: Path_) -> str:
     return f"speed:{queue}:{family}:{path}"
 
 
+def overhead_key(queue: str) -> str:
+    """The job store's field for the measured seconds one attempt on ``queue`` spends outside its work (claim,
+    imports on first use, result and terminal writes): counted once per process in place of the default."""
+    return f"overhead:{queue}"
+
+
 @dataclass(frozen=True)
 class RunGroup:
     """Runs of one (family, attention path), with the counts their duration is read from."""
@@ -363,12 +369,17 @@ def default_speed(queue: str) -> float:
 
 def estimate_seconds(groups: Iterable[RunGroup], queue: str, speeds: Mapping[str, float | None]) -> float:
     """Seconds a job should take on one worker of ``queue``: each group's default seconds times the factor
-    measured for its (queue, family, path) (``speeds``, by ``speed_key``; the queue's default before any)."""
+    measured for its (queue, family, path) (``speeds``, by ``speed_key``; the queue's default before any), and
+    each process's time outside its work as the queue's workers measured it (``overhead_key``) once they have."""
+    overhead = speeds.get(overhead_key(queue))
     total = 0.0
     for group in groups:
         measured = speeds.get(speed_key(queue, group.family, group.path))
         speed = measured if measured is not None and measured > 0 else default_speed(queue)
-        total += speed * seconds_of(group.features)
+        features = dict(group.features)
+        if overhead is not None and overhead > 0:
+            total += overhead * features.pop("process", 0.0)
+        total += speed * seconds_of(features)
     return round(total, 1)
 
 
@@ -487,7 +498,7 @@ def check_duration(create: JobCreate, limit_s: float, queue: str, speeds: Mappin
 
 def speed_keys(create: JobCreate, queue: str) -> list[str]:
     """The job store's fields of the measured factors a job's estimate reads."""
-    return sorted({speed_key(queue, group.family, group.path) for group in job_groups(create)})
+    return sorted({speed_key(queue, group.family, group.path) for group in job_groups(create)} | {overhead_key(queue)})
 
 
 def human_seconds(seconds: float) -> str:

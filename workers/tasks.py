@@ -101,6 +101,7 @@ class AttemptHooks:
         self.last: JobProgress | None = None
         self._started = 0.0
         self._last_write = float("-inf")
+        self.inside_seconds: float | None = None  # the work's own time, once a fresh attempt has measured it
 
     def progress(self, progress: Progress) -> None:
         now = time.monotonic()
@@ -165,6 +166,7 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
     if settings.test_pause_before_claim_s:  # test-only: makes "taken, not claimed yet" a moment a test can hit
         time.sleep(settings.test_pause_before_claim_s)
     claim = _claim(store, job_id, self.request.hostname or "worker", settings)
+    claimed = time.monotonic()  # the job's started_at: what its measured time counts from
     if claim.outcome != "claimed":
         logger.info("job %s: not run (%s %s)", job_id, claim.outcome, claim.status or "")
         _run_ended(store, job_id, settings)  # a run that ended without running here may be its benchmark's last
@@ -176,7 +178,12 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
     if job.parent is not None:
         job_dir = artifact_root / job.parent
         outcome = _attempt(
-            store, job, claim.fence, settings, lambda hooks: _run_child(store, job, job_dir, hooks, settings)
+            store,
+            job,
+            claim.fence,
+            settings,
+            lambda hooks: _run_child(store, job, job_dir, hooks, settings),
+            claimed=claimed,
         )
         _run_ended(store, job_id, settings)
         return outcome
@@ -192,6 +199,7 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
         settings,
         lambda hooks: _run(job.kind, job.spec, job_dir, artifact_root, hooks, settings, rates=(store, job.queue)),
         job_dir=job_dir,
+        claimed=claimed,
     )
 
 
@@ -203,9 +211,12 @@ def _attempt(
     run: Callable[[AttemptHooks], Outcome],
     *,
     job_dir: Path | None = None,
+    claimed: float | None = None,
 ) -> dict[str, Any]:
     """One claimed attempt: ``run`` under a lease keeper, then the job's one terminal write (refused if a newer
-    attempt owns the job). ``job_dir``: where the artifacts to list are (none without)."""
+    attempt owns the job). ``job_dir``: where the artifacts to list are (none without). ``claimed``: the
+    monotonic time of the claim; a fresh attempt whose run measured its own time (``hooks.inside_seconds``)
+    folds the rest, claim to terminal write, into its queue's measured overhead per process."""
     keeper = LeaseKeeper(store, job.id, fence, settings.job_lease_ttl_s)
     hooks = AttemptHooks(store, job.id, fence, keeper, settings.job_progress_interval_s)
     keeper.start()
@@ -222,6 +233,8 @@ def _attempt(
     if not written:
         logger.warning("job %s: a newer attempt owns the job; outcome %s discarded", job.id, status)
         return {"job_id": job.id, "outcome": "superseded"}
+    if status == "succeeded" and claimed is not None and hooks.inside_seconds is not None:
+        _record_overhead(store, job.queue, time.monotonic() - claimed - hooks.inside_seconds)
     return {"job_id": job.id, "outcome": status}
 
 
@@ -293,10 +306,23 @@ def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, h
     if measured is None:
         return
     family, path, speed = measured
+    hooks.inside_seconds = seconds
     try:
         store.record_throughput(speed_key(queue, family, path), speed)
     except RedisError:  # advisory, like progress
         logger.exception("speed write failed")
+
+
+def _record_overhead(store: JobStore, queue: str, seconds: float) -> None:
+    """Fold one attempt's time outside its measured work (claim, imports on first use, result and terminal
+    writes) into the moving average of ``queue``'s seconds per process (``posenc.job_estimates.overhead_key``),
+    which new jobs' estimates count once per process in place of the default."""
+    from posenc.job_estimates import overhead_key
+
+    try:
+        store.record_throughput(overhead_key(queue), max(seconds, 1e-3))
+    except RedisError:  # advisory, like progress
+        logger.exception("overhead write failed")
 
 
 # ------------------------------------------------------------------------------------------ benchmarks that fan out

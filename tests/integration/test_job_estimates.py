@@ -1,7 +1,7 @@
 """A job's ``estimate_s`` against its measured time (``finished_at - started_at`` of its record), with a real Redis,
 a real worker and a live gateway: once the worker has measured one run of a task family, every estimate of a
-small spread of jobs of it (train, extrapolate, a benchmark that fans out, the README quickstart) is within
-[0.4x, 2.5x] of what the job took, on a quiet machine or beside the rest of the suite. And the gateway refuses,
+small spread of jobs of it (train, extrapolate, benchmarks that fan out to 4 and to 64 runs, the README quickstart)
+is within [0.5x, 2x] of what the job took, on a quiet machine or beside the rest of the suite. And the gateway refuses,
 naming the field, a job over the memory budget."""
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ SPREAD = {
         eval={"sizes": [3, 6, 12], "samples": 20},
         seeds=[0, 1],
     ),
+    "benchmark 64 one-step runs": body(
+        "benchmark",
+        ["rope"],
+        data=COPY,
+        model=TINY,
+        train={"steps": 1, "batch_size": 1},
+        eval={"sizes": [6], "samples": 1},
+        seeds=list(range(64)),
+    ),
     "extrapolate text": body(
         "extrapolate",
         ["rope"],
@@ -69,7 +78,7 @@ def took(job: dict[str, Any]) -> float:
     return (finished - started).total_seconds()
 
 
-def test_estimates_are_within_0_4x_and_2_5x_the_measured_time(
+def test_estimates_are_within_0_5x_and_2x_the_measured_time(
     start_gateway: Any, start_worker: Any, corpus: Path, jobs: Any
 ) -> None:
     gateway = start_gateway()
@@ -90,9 +99,8 @@ def test_estimates_are_within_0_4x_and_2_5x_the_measured_time(
         for name, job in SPREAD.items():
             done = run(job)
             ratios[name] = (done["estimate_s"], took(done), done["estimate_s"] / took(done))
-        # within 0.4x to 2.5x: the estimates are calibrated on a quiet machine, and beside the rest of the suite on 2
-        # cores the jobs ran up to 2.1 times longer (ratios 0.48 to 0.85 in one fresh-clone run)
-        assert all(0.4 <= ratio <= 2.5 for _, _, ratio in ratios.values()), ratios
+        print("estimate, took, ratio:", ratios)
+        assert all(0.5 <= ratio <= 2.0 for _, _, ratio in ratios.values()), ratios
 
 
 def test_a_job_over_the_memory_budget_is_a_413_naming_the_batch(start_gateway: Any, job_env: dict[str, str]) -> None:

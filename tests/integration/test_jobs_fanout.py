@@ -121,16 +121,20 @@ def test_a_benchmark_runs_on_both_workers_sums_their_progress_assembles_the_tabl
 
         # Every fresh run measured its speed over the defaults for its queue, family and attention path: a new
         # job's estimate is its counts' default seconds scaled by that factor.
-        from posenc.job_estimates import estimate_seconds, job_groups, speed_key
+        # Each attempt also measured its time outside that work, counted once per process.
+        from posenc.job_estimates import estimate_seconds, job_groups, overhead_key, speed_key
         from posenc.schemas.jobs import JobCreate
 
         key = speed_key("cpu", "sequence", "fused")
-        speed = store.throughput(key)
+        speed, overhead = store.throughput(key), store.throughput(overhead_key("cpu"))
         assert speed is not None
         assert speed > 0
+        assert overhead is not None
+        assert overhead > 0
         long_body = benchmark(steps=20_000)
         queued = client.post("/v1/jobs", json=long_body).json()
-        expected = estimate_seconds(job_groups(JobCreate.model_validate(long_body)), "cpu", {key: speed})
+        measured = {key: speed, overhead_key("cpu"): overhead}
+        expected = estimate_seconds(job_groups(JobCreate.model_validate(long_body)), "cpu", measured)
         assert queued["estimate_s"] == pytest.approx(expected, abs=0.1)
 
         # Cancelling a benchmark cancels its queued runs at once, stops the running ones, then ends itself.

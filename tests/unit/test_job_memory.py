@@ -122,3 +122,19 @@ def test_a_duration_estimate_scales_with_the_measured_speed() -> None:
     key = f"speed:cpu:{groups[0].family}:{groups[0].path}"
     assert estimate_seconds(groups, "cpu", {key: 2.0}) == pytest.approx(2 * default, abs=0.2)  # both rounded to 0.1 s
     assert estimate_seconds(groups, "cpu", {key: None}) == default
+
+
+def test_a_measured_overhead_replaces_the_default_per_process() -> None:
+    from posenc.job_estimates import SECONDS_PER, overhead_key
+
+    one = job_groups(README_QUICKSTART)
+    many = job_groups(JobCreate.model_validate({"kind": "benchmark", "spec": {
+        "methods": [{"method": "rope"}], "data": {"task": "copy", "size": 4}, "seeds": list(range(64)),
+        "train": {"steps": 1, "batch_size": 1}}}))  # fmt: skip
+    processes = {"one": sum(g.features.get("process", 0.0) for g in one),
+                 "many": sum(g.features.get("process", 0.0) for g in many)}  # fmt: skip
+    assert processes == {"one": 1.0, "many": 65.0}  # the benchmark's own attempt and one per run
+    for groups, count in ((one, 1.0), (many, 65.0)):
+        default = estimate_seconds(groups, "cpu", {})
+        slower = estimate_seconds(groups, "cpu", {overhead_key("cpu"): 0.5})
+        assert slower == pytest.approx(default + count * (0.5 - SECONDS_PER["process"]), abs=0.1)
