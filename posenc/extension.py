@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from posenc.extension_bands import study_bands
 from posenc.pe import get_method
 from posenc.schemas.jobs import ExtensionSpec, JobSpec, MethodRef, TrainSpec
 
@@ -115,3 +116,23 @@ def finetune_job_spec(spec: JobSpec, arm: Arm) -> JobSpec:
     """The spec the fine-tune's data and model come from: the study's, with the fine-tune's training and the
     arm's method alone."""
     return spec.model_copy(update={"train": finetune_spec(spec), "methods": [arm.ref], "extension": None})
+
+
+def regime(spec: JobSpec) -> tuple[dict[str, Any], list[str]]:
+    """The study's regime (``posenc.extension_bands.study_bands``): per rule, how the base model's pairs (head dim
+    = model.dim / model.heads, θ of the base, L = train.length) fall into its bands beside the reference model's,
+    and a warning per band a rule relies on that holds no pair. A rule whose frequencies cannot be read per pair
+    is listed under ``"unbanded"`` with the reason."""
+    theta = base_theta(spec)
+    report: dict[str, Any] = {"rules": {}, "unbanded": {}}
+    if theta is None:
+        return report, []
+    rotary_dim = spec.model.dim // spec.model.heads
+    rules: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, ref in ((ref.name, arm_ref(spec, ref)) for ref in spec.methods):
+        if ref.method is not None and not ref.patterned:
+            rules[name] = (ref.method, dict(ref.params))
+        else:
+            report["unbanded"][name] = "a layer pattern or config: no single rule per pair"
+    bands, warnings = study_bands(rules, theta=theta, original_length=spec.train.length, rotary_dim=rotary_dim)
+    return {**bands, "unbanded": report["unbanded"] | bands["unbanded"]}, warnings

@@ -278,7 +278,9 @@ def _macs_per_token(spec: JobSpec, family: Family, length: int, path: Path_) -> 
 def _run_features(
     kind: JobKind, spec: JobSpec, family: Family, path: Path_, *, steps: int, evaluates: bool = True
 ) -> dict[str, float]:
-    """The counts of one run: ``steps`` training steps of the spec's batch, then its evaluation sizes."""
+    """The counts of one run: ``steps`` training steps of the spec's batch, then its evaluation sizes. With
+    ``train.until`` the checks' held-out evaluation counts as evaluation tokens, every check up to the cap: the
+    estimate is an upper bound on a run that stops early."""
     model = family.model
     features: dict[str, float] = {"run": 1.0}
     if steps:
@@ -287,6 +289,13 @@ def _run_features(
         _add(features, "step", steps)
         _add(features, f"train_tokens:{model}", tokens)
         _add(features, "macs", 3 * tokens * _macs_per_token(spec, family, length, path))
+        from posenc.jobspec import until_tokens
+
+        checked = float(until_tokens(spec, family, steps))
+        if checked:
+            size = family.tokens(family.train_size())
+            _add(features, f"eval_tokens:{model}", checked)
+            _add(features, "eval_macs", checked * _macs_per_token(spec, family, size, path))
     if evaluates:
         sizes = [family.train_size()] if kind == "train" else family.eval_sizes()
         for size in sizes:

@@ -60,6 +60,10 @@ def validate_spec(
             raise InvalidInput((*SPEC, "checkpoint"), "only an extrapolate job evaluates an existing checkpoint")
         if not CHECKPOINT_ID.match(spec.checkpoint):
             raise InvalidInput((*SPEC, "checkpoint"), "must be the id of a finished train job")
+        if spec.train.until is not None:
+            raise InvalidInput(
+                (*SPEC, "train", "until"), "an extrapolate job from a checkpoint trains nothing; leave train.until out"
+            )
     if spec.suite is not None and kind != "benchmark":
         raise InvalidInput((*SPEC, "suite"), "a suite is a benchmark: submit it with kind 'benchmark'")
     families = []
@@ -67,6 +71,7 @@ def validate_spec(
         family = family_of(task_spec)
         family.meter = meter
         family.validate(kind, data_dirs)
+        family.validate_until()
         for index, ref in enumerate(task_spec.methods):
             # a study's rules are checked with the params the study fills in (posenc.extension.arm_ref)
             family.validate_method(ref if spec.extension is None else arm_ref(spec, ref), (*SPEC, "methods", index))
@@ -92,6 +97,12 @@ def _validate_study(kind: JobKind, spec: JobSpec, family: Family) -> None:
             f"{family.unit}",
         )
     assert spec.extension is not None
+    if spec.train.until is not None:
+        raise InvalidInput(
+            (*SPEC, "train", "until"),
+            "a context-extension study trains its base model and fine-tunes for their full steps; leave train.until "
+            "out",
+        )
     family.validate_method(spec.extension.base, (*loc, "base"))
     family.require_rotary(spec.extension.base, (*loc, "base"))
     seen: dict[str, int] = {}
@@ -128,8 +139,9 @@ def job_cost(create: JobCreate) -> int:
     Per (method, seed) run: training is 3 forward passes' worth (forward and backward) of every token it reads,
     train steps x batch_size x the family's training tokens, each ``model_macs_per_token`` at that length;
     evaluation is one forward pass of every token it reads at each evaluation size (the family's
-    ``eval_tokens``; a train job at its training size only). So the cap covers methods x seeds x steps x tokens,
-    evaluation sizes x samples, and the model's size together. An extrapolate job from a checkpoint trains
+    ``eval_tokens``; a train job at its training size only), and with ``train.until`` one forward pass of the
+    held-out examples of every check up to the cap (``until_tokens``). So the cap covers methods x seeds x steps
+    x tokens, evaluation sizes x samples, and the model's size together. An extrapolate job from a checkpoint trains
     nothing and evaluates one model. A compute job counts 1: its size is capped by ``max_job_output_bytes``."""
     if not isinstance(create.spec, JobSpec):
         return 1
@@ -157,6 +169,7 @@ def _job_work(create: JobCreate, per_token: Callable[[JobSpec, Family, int], int
         return evaluation
     length = family.train_tokens()
     training = backward * spec.train.steps * spec.train.batch_size * length * per_token(spec, family, length)
+    training += until_tokens(spec, family) * per_token(spec, family, family.tokens(family.train_size()))
     if spec.extension is None:
         return len(spec.methods) * len(spec.seeds) * (training + evaluation)
     # a study: the base model once per seed, every arm evaluated, the fine-tuned arms trained further
@@ -168,6 +181,18 @@ def _job_work(create: JobCreate, per_token: Callable[[JobSpec, Family, int], int
     tuning = (backward * tuned_spec.train.steps * tuned_spec.train.batch_size * tuned_length
               * per_token(tuned_spec, tuned_family, tuned_length)) if tuned_runs else 0  # fmt: skip
     return len(spec.seeds) * (training + len(study) * evaluation + tuned_runs * tuning)
+
+
+def until_tokens(spec: JobSpec, family: Family, steps: int | None = None) -> int:
+    """The tokens ``train.until``'s checks read in one run that goes to the cap (``steps``, default
+    ``train.steps``): one check every ``every`` steps, each its held-out examples at the training size
+    (``Family.held_out``); 0 without ``until``."""
+    until = spec.train.until
+    if until is None:
+        return 0
+    held_out = family.held_out(until.samples, 0)
+    cap = spec.train.steps if steps is None else steps
+    return cap // until.every * held_out.eval_tokens(family.train_size())
 
 
 def run_own_spec(spec: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:

@@ -297,8 +297,10 @@ def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, h
     """A fresh attempt that ran its whole work measured how fast its queue runs work of its kind: the factor
     of its time over the defaults' (``posenc.job_estimates.measured_speed``) is folded into the moving average
     of (queue, task family, attention path) that new jobs' ``estimate_s`` are scaled by. A resumed attempt did
-    part of the work; it measures nothing."""
-    if hooks.resumed_from_step > 0 or seconds <= 0:
+    part of the work, and a run with ``train.until`` may stop before the cap its estimate counts: they measure
+    nothing."""
+    spec = work.spec
+    if hooks.resumed_from_step > 0 or seconds <= 0 or (isinstance(spec, JobSpec) and spec.train.until is not None):
         return
     from posenc.job_estimates import measured_speed, speed_key
 

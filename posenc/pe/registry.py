@@ -112,6 +112,11 @@ class MethodSpec:
     # Rotary methods that treat pairs by band: (params, rotary_dim) -> per pair (band name, interpolation weight
     # w_k: 0 keeps ω_k, 1 divides it by the factor), as the method itself decides them (/v1/rope/frequencies).
     bands: Callable[..., list[tuple[str, float]]] | None = None
+    # Context-extension rules: the rule's own criterion in rotations over the original context L (pair k turns
+    # r_k = L·ω_k/2π times): filled params -> (kept above, interpolated below, the params they come from); a pair
+    # turning more than the first keeps ω_k, fewer than the second is divided by the factor (inf, inf: PI, every
+    # pair). What a study's regime report (posenc.extension_bands) reads.
+    band_edges: Callable[[Mapping[str, Any]], tuple[float, float, tuple[str, str]]] | None = None
     # A method a config names by extending another's rope dict: (that method, the rope-dict key whose presence makes
     # it this one), e.g. M-RoPE: a default rope dict with mrope_section. ``config_values(given)`` -> params read
     # from the rope dict beyond ``config_keys`` (``given(key)``: the dict's value or None), e.g. M-RoPE's layout.
@@ -239,6 +244,7 @@ def register(
     config_keys: tuple[str, ...] = (),
     length_dependent: bool = False,
     bands: Callable[..., list[tuple[str, float]]] | None = None,
+    band_edges: Callable[[Mapping[str, Any]], tuple[float, float, tuple[str, str]]] | None = None,
     pairings: tuple[str, ...] = ("half", "interleaved"),
     config_extends: tuple[str, str] | None = None,
     config_values: Callable[[Callable[[str], Any]], dict[str, Any]] | None = None,
@@ -316,6 +322,7 @@ def register(
             config_keys=tuple(config_keys),
             length_dependent=length_dependent,
             bands=bands,
+            band_edges=band_edges,
             pairings=tuple(pairings),
             config_extends=config_extends,
             config_values=config_values,

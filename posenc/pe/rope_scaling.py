@@ -58,6 +58,7 @@ class RopeLinearParams(MethodParams):
     "rope_linear",
     kind=Kind.ROTARY,
     config_spellings=("linear",),
+    band_edges=lambda params: (math.inf, math.inf, ("factor", "factor")),  # every pair interpolated
     config_keys=("factor",),
     params=RopeLinearParams,
     paper="Chen, Wong, Chen, Tian. Extending Context Window of Large Language Models via Positional "
@@ -250,6 +251,7 @@ def yarn_config_warning(params: Mapping[str, Any], attention_scale: float) -> tu
     config_spellings=("yarn", "deepseek_yarn"),
     config_warning=yarn_config_warning,
     bands=yarn_bands,
+    band_edges=lambda params: (float(params["beta_fast"]), float(params["beta_slow"]), ("beta_fast", "beta_slow")),
     config_keys=(
         "factor",
         "original_max_position_embeddings",
@@ -421,6 +423,12 @@ def llama3_bands(params: RopeLlama3Params, dim: int) -> list[tuple[str, float]]:
     kind=Kind.ROTARY,
     config_spellings=("llama3",),
     bands=llama3_bands,
+    # λ_k < L/high ⇔ r_k > high keeps ω_k; λ_k > L/low ⇔ r_k < low divides it by the factor
+    band_edges=lambda params: (
+        float(params["high_freq_factor"]),
+        float(params["low_freq_factor"]),
+        ("high_freq_factor", "low_freq_factor"),
+    ),
     config_keys=("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     params=RopeLlama3Params,
     paper="Llama Team, Meta. The Llama 3 Herd of Models (2024). https://arxiv.org/abs/2407.21783; "

@@ -267,6 +267,26 @@ class ModelSpec(_Strict):
         return self
 
 
+class UntilSpec(_Strict):
+    """Train until learned: every ``every`` steps the model is scored on ``samples`` held-out examples of its
+    training size, and training stops once the family's headline in-distribution metric reaches ``score``;
+    ``train.steps`` stays the cap (and the learning-rate schedule's length)."""
+
+    score: float | None = Field(
+        default=None,
+        description="the threshold on the headline in-distribution metric (accuracies: at least this, in [0, 1]; "
+        "perplexity: at most this); default the family's own learned rule (accuracies >= 0.9; probes: every probe, "
+        "the control included, >= 0.8); text has none: give a score",
+    )
+    every: int = Field(default=100, ge=1, le=1_000_000, description="training steps between checks")
+    samples: int = Field(
+        default=50,
+        ge=1,
+        le=INT64_MAX,
+        description="held-out examples per check (as eval.samples; text: windows of train.length)",
+    )
+
+
 class TrainSpec(_Strict):
     length: int = Field(default=128, ge=2, le=65536, description="training sequence length L")
     steps: int = Field(default=1000, ge=1, le=10_000_000)
@@ -276,6 +296,10 @@ class TrainSpec(_Strict):
     weight_decay: float = Field(default=0.01, ge=0)
     checkpoint_every: int = Field(
         default=100, ge=1, le=INT64_MAX, description="steps between checkpoints (resume point)"
+    )
+    until: UntilSpec | None = Field(
+        default=None,
+        description="stop once learned (checked every until.every steps on held-out data); train.steps is the cap",
     )
 
 
@@ -357,7 +381,12 @@ class ExtensionSpec(_Strict):
 
 
 class JobSpec(_Strict):
-    methods: list[MethodRef] = Field(min_length=1, max_length=MAX_METHODS)
+    methods: list[MethodRef] = Field(
+        default_factory=list,
+        max_length=MAX_METHODS,
+        description="at least one; only a suite's spec may leave them out, and then gets the suite's own methods "
+        "(the 'leaderboard' suite: every 1D method that trains in a job)",
+    )
     data: DataSpec = Field(default_factory=lambda: DataSpec(corpus="stdlib"))
     model: ModelSpec = Field(default_factory=ModelSpec)
     train: TrainSpec = Field(default_factory=TrainSpec)
@@ -366,8 +395,8 @@ class JobSpec(_Strict):
     suite: str | None = Field(
         default=None,
         max_length=32,
-        description="benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train "
-        "and eval for each of its tasks; give methods (and seeds to override the suite's)",
+        description="benchmark only: a named preset ('quick', 'standard', 'paper', 'leaderboard') that sets data, "
+        "model, train and eval for each of its tasks; give methods (and seeds to override the suite's)",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     checkpoint: str | None = Field(
@@ -378,6 +407,13 @@ class JobSpec(_Strict):
         description="benchmark only: a context-extension study; its methods are the arms (rotary scaling rules) "
         "applied to one base model per seed",
     )
+
+    @model_validator(mode="after")
+    def _methods_unless_suite(self) -> JobSpec:
+        # A suite without methods takes its own (posenc.tasks.suites.suite_specs); any other spec names them.
+        if not self.methods and self.suite is None:
+            raise ValueError("give at least one entry in 'methods' (only a suite may leave them out)")
+        return self
 
 
 class ComputeJobSpec(_Strict):

@@ -17,6 +17,7 @@ from the trainer.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 
 from posenc.errors import InvalidInput
@@ -54,6 +55,12 @@ def family_of(spec: JobSpec) -> Family:
     return tasks[task](spec)
 
 
+def _suite_task(task: Mapping[str, Any]) -> str:
+    """A suite task's name: its task, or for text its corpus."""
+    data = task["data"]
+    return str(data.get("task") or f"text ({data['corpus']})")
+
+
 def catalogue() -> TaskCatalogue:
     """Every task of every family (its unit, where a spec gives its sizes, its metrics), and the suites: what
     ``GET /v1/tasks`` answers and the README's tasks table shows."""
@@ -75,7 +82,7 @@ def catalogue() -> TaskCatalogue:
         for task in family.task_names() or ("(data.corpus)",)
     ]
     suites = [
-        SuiteInfo(name=name, description=suite.description, tasks=[task["data"]["task"] for task in suite.tasks],
+        SuiteInfo(name=name, description=suite.description, tasks=[_suite_task(task) for task in suite.tasks],
                   seeds=list(suite.seeds), budget=suite.budget)
         for name, suite in SUITES.items()
     ]  # fmt: skip

@@ -17,11 +17,12 @@ trainer's token half is generic, so a new token family is its module alone.
 from __future__ import annotations
 
 import difflib
+import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import torch
 from pydantic import BaseModel, ValidationError
@@ -74,6 +75,7 @@ class Family(ABC):
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self.meter = Meter()  # what the checks' work is charged to (the gateway's budgets: ``validate_spec``)
+        self.held_out_seed: int | None = None  # ``held_out``'s draw; None: the evaluation's own
 
     # ---- which spec is this family's
     @classmethod
@@ -322,6 +324,54 @@ class Family(ABC):
         value = in_distribution.get(self.metric)
         return None if value is None or not self.higher_is_better else value >= LEARNED_AT
 
+    # ---- train until learned (``train.until``)
+    def validate_until(self) -> None:
+        """``train.until`` where given: a threshold this family can reach (an accuracy in [0, 1]; a perplexity of
+        at least 1), or none for a family with a learned rule (not text: perplexity has no threshold); at least
+        one check before the cap."""
+        until = self.spec.train.until
+        if until is None:
+            return
+        loc = (*SPEC, "train", "until")
+        if until.score is None and not self.higher_is_better:
+            raise InvalidInput(
+                (*loc, "score"),
+                f"{self.name} is scored by {self.metric} (lower is better), which has no rule of having learned: give "
+                f"train.until.score, the {self.metric} at the training size to stop at",
+            )
+        if until.score is not None and self.higher_is_better and not 0.0 <= until.score <= 1.0:
+            raise InvalidInput((*loc, "score"), f"{self.metric} is a share in [0, 1]; got {until.score}")
+        if until.score is not None and not self.higher_is_better and until.score < 1.0:
+            raise InvalidInput((*loc, "score"), f"a perplexity is at least 1; got {until.score}")
+        if until.every > self.spec.train.steps:
+            raise InvalidInput(
+                (*loc, "every"),
+                f"no check would run before the cap (train.steps = {self.spec.train.steps}); give every <= steps",
+            )
+
+    def held_out(self, samples: int, seed: int) -> Self:
+        """This family scoring ``samples`` held-out examples per size (as ``eval.samples``): what ``train.until``
+        checks against, the same examples at every check, drawn from ``seed`` (a run's own, apart from its batch
+        stream and from the evaluation's draw, so a run never stops on the test set)."""
+        spec = self.spec.model_copy(update={"eval": self.spec.eval.model_copy(update={"samples": samples})})
+        family = type(self)(spec)
+        family.held_out_seed = seed
+        return family
+
+    def until_reached(self, cells: Sequence[Mapping[str, Any]], score: float | None) -> tuple[float | None, bool]:
+        """One ``train.until`` check from the held-out cells of the training size: the headline metric's mean over
+        the cells (as a run's in-distribution score) and whether it reached ``score`` (at least it; at most it
+        when lower is better), or ``LEARNED_AT`` when None (the learned rule of ``learned``)."""
+        values = [float(cell[self.metric]) for cell in cells if cell.get(self.metric) is not None]
+        if not values:
+            return None, False
+        value = statistics.fmean(values)
+        if self.higher_is_better:
+            return value, value >= (LEARNED_AT if score is None else score)
+        if score is None:
+            raise InvalidInput((*SPEC, "train", "until", "score"), f"{self.metric} has no learned rule: give one")
+        return value, value <= score
+
     def describe(self) -> dict[str, Any]:
         """What a result says about its data: the family, task, unit, training size, the sizes evaluated and
         the tokens the model reads at each."""
@@ -370,8 +420,10 @@ class TokenTask(Family):
 
     def eval_generator(self, size: int) -> torch.Generator:
         """The generator of one size's held-out instances: seeded by the size alone, so every model sees the same
-        instances there and a size's instances do not depend on the other sizes evaluated."""
-        return torch.Generator().manual_seed(self.eval_seed * 1_000_003 + size)
+        instances there and a size's instances do not depend on the other sizes evaluated (``held_out``: by its
+        seed and the size)."""
+        seed = self.eval_seed if self.held_out_seed is None else self.held_out_seed
+        return torch.Generator().manual_seed(seed * 1_000_003 + size)
 
     @abstractmethod
     def vocab(self) -> tuple[str, ...]:

@@ -61,11 +61,13 @@ each part given the right parts before it, which a free decode would not have.
 Effective length (``effective_length``, the result's ``effective_length`` and ``leaderboard``;
 NoLiMa's relative rule with a prefix condition). Per (method, seed) and probe t: a_t(L) is the mean score
 over depths at length L; the base b_t is the mean of a_t at the two shortest evaluated lengths; t is "not
-learned" by that run when b_t < 0.8 and is then left out of the number and listed in ``not_learned_probes``,
-never dropped silently. S(L) is the mean of a_t(L) / b_t over the learned probes except the control
-(common_words: its score is reported beside, in ``control``, not counted); L_eff is the largest evaluated L with
-S(L') >= 0.85 for every evaluated L' <= L, so one lucky long length cannot count; None when S fails at the
-shortest length or no probe is learned. Headline: L_eff / L, the median over seeds with the minimum beside it.
+learned" by that run when b_t < 0.8 and is then left out of the number and listed in its
+``not_learned_probes`` (and, as ``{"method", "seed", "probe"}``, in the result's ``not_learned_probes``), never
+dropped silently. S(L) is the mean of a_t(L) / b_t over the learned probes except the control (common_words:
+its score is reported beside, in ``control``, not counted); L_eff is the largest evaluated L with S(L') >= 0.85
+for every evaluated L' <= L, so one lucky long length cannot count; None when S fails at the shortest length or
+no probe is learned. Headline: L_eff / L, the median over seeds with the minimum beside it and the seeds it rests
+on (``seeds_rated`` of ``seeds_run``: a run that learned no probe but the control is unrated, ``unrated_seeds``).
 In a context-extension study every arm is rated against the base model's b_t of its seed (the base model's own
 numbers are the baseline): a rule that breaks the model even at the training length scores 0, it is not "not
 learned".
@@ -477,6 +479,21 @@ class Probes(TokenTask):
         probes), not one threshold on the mean over probes."""
         return None
 
+    def until_reached(self, cells: Sequence[Mapping[str, Any]], score: float | None) -> tuple[float | None, bool]:
+        """With a ``score``: the mean over probes and depths (the headline). Without: the probes' own rule, every
+        probe (the control included) at least ``BASE_LEARNED``, its score averaged over depths; the value is the
+        lowest probe's."""
+        if score is not None:
+            return super().until_reached(cells, score)
+        by_probe: dict[str, list[float]] = defaultdict(list)
+        for cell in cells:
+            if cell.get(self.metric) is not None:
+                by_probe[cell["probe"]].append(float(cell[self.metric]))
+        if not by_probe:
+            return None, False
+        lowest = min(_mean(values) for values in by_probe.values())
+        return lowest, lowest >= BASE_LEARNED
+
     def extra_results(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # a context-extension study's arms are rated against the base model's own short-length scores
         baseline = BASE_LABEL if self.spec.extension is not None else None
@@ -581,6 +598,9 @@ def effective_length(
                 "per_seed": per_seed,
                 "seeds": [entry["seed"] for entry in own],
                 "unrated_seeds": [entry["seed"] for entry, ratio in zip(own, per_seed, strict=True) if ratio is None],
+                # the median rests on seeds_rated of the seeds_run seeds: a reader must see when it is fewer
+                "seeds_rated": len(rated),
+                "seeds_run": len(own),
                 "not_learned": dict(not_learned),
             }
         )
@@ -592,6 +612,16 @@ def effective_length(
         "effective_length": entries,
         "leaderboard": leaderboard,
         "leaderboard_label": "effective length / training length",
-        "leaderboard_title": f"probes: L_eff / L_train (L_train = {train_length}; median over seeds, points: seeds)",
+        "leaderboard_title": f"probes: L_eff / L_train (L_train = {train_length}; median over rated seeds, "
+        "points: seeds)",
         "control": {"probe": CONTROL, "by_method": control_scores},
+        "not_learned_probes": not_learned_probes(entries),
     }
+
+
+def not_learned_probes(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``{"method", "seed", "probe"}`` for every probe a run did not learn (b_t < ``BASE_LEARNED``), the control
+    included (a control that is not learned says something other than position is broken), from
+    ``effective_length``'s per-run entries; in the runs' order, each run's probes by name."""
+    return [{"method": entry["method"], "seed": entry["seed"], "probe": probe}
+            for entry in entries for probe in sorted(entry["not_learned_probes"])]  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 from posenc.corpora import check_corpus, data_directories
 from posenc.errors import InvalidInput
@@ -86,6 +87,14 @@ class Text(Family):
     def title(self) -> str:
         protocol = self.spec.eval.protocol
         return f"{self.task}: {self.metric} vs length (tokens, {protocol}), trained at {self.train_size()}"
+
+    def held_out(self, samples: int, seed: int) -> Self:
+        """``train.until``'s held-out data: the first ``samples`` non-overlapping windows of the training length
+        of the validation split (the same at every check; ``seed`` draws nothing)."""
+        evaluation = self.spec.eval.model_copy(
+            update={"protocol": "nonoverlapping", "stride": None, "max_tokens": samples * self.train_size()}
+        )
+        return type(self)(self.spec.model_copy(update={"eval": evaluation}))
 
     def learned(self, in_distribution: Mapping[str, float | None]) -> bool | None:
         return None  # perplexity has no threshold of having learned

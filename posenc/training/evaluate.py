@@ -184,11 +184,14 @@ def evaluate_images(
     *,
     samples: int = 100,
     device: str | torch.device = "cpu",
+    seed: int | None = None,
 ) -> ImageScore:
     """Top-1 accuracy of ``classify`` (images (B, 3, S, S) -> logits (B, classes)) on the held-out scenes at
-    ``resolution`` px: the same scenes for every model and every resolution."""
-    scenes = draw_scenes(task, samples, torch.Generator().manual_seed(IMAGE_EVAL_SEED))
-    noise = torch.Generator().manual_seed(IMAGE_EVAL_SEED + 1)
+    ``resolution`` px: the same scenes for every model and every resolution. ``seed``: another draw than the
+    evaluation's (``train.until``'s checks, which must not decide on the test set)."""
+    first_seed = IMAGE_EVAL_SEED if seed is None else seed
+    scenes = draw_scenes(task, samples, torch.Generator().manual_seed(first_seed))
+    noise = torch.Generator().manual_seed(first_seed + 1)
     per_batch = max(1, EVAL_PIXELS_PER_BATCH // resolution**2)
     correct = 0
     for first in range(0, samples, per_batch):
@@ -208,10 +211,12 @@ def evaluate_graphs(
     max_distance: int,
     samples: int = 100,
     device: str | torch.device = "cpu",
+    seed: int | None = None,
 ) -> GraphScore:
     """Top-1 accuracy of ``classify`` (packed graphs (B, N, 1 + N) -> logits (B, classes)) on the held-out
-    examples of ``num_nodes`` nodes. Chance is 1 / min(max_distance, num_nodes − 1): labels are balanced."""
-    generator = torch.Generator().manual_seed(GRAPH_EVAL_SEED * 1_000_003 + num_nodes)
+    examples of ``num_nodes`` nodes. Chance is 1 / min(max_distance, num_nodes − 1): labels are balanced.
+    ``seed``: another draw than the evaluation's (``train.until``'s checks)."""
+    generator = torch.Generator().manual_seed((GRAPH_EVAL_SEED if seed is None else seed) * 1_000_003 + num_nodes)
     correct = 0
     for first in range(0, samples, GRAPH_EVAL_BATCH):
         count = min(GRAPH_EVAL_BATCH, samples - first)

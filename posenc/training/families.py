@@ -10,6 +10,9 @@ own (``posenc.tasks``); ``trainer_for`` picks the half by the family's ``model``
 
 A score is a list of *cells*, each ``{"size": s, **tags, metric: value, ...}``: one per size, or one per group
 of tags (a probe and a depth) for token tasks.
+
+``Trainer.until`` is ``train.until``'s check: the same scoring at the training size, on the family's held-out
+data for the checks (``Family.held_out``), judged by the family's rule (``Family.until_reached``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from posenc.errors import InvalidInput
-from posenc.schemas.jobs import MethodRef
+from posenc.schemas.jobs import MethodRef, UntilSpec
 from posenc.tasks import Family, TokenTask
 from posenc.tasks.base import SPEC
 from posenc.tasks.graphs import Graphs
@@ -33,12 +36,13 @@ from posenc.training.data import char_corpus, load_corpus_text, text_batch, toke
 from posenc.training.evaluate import evaluate_graphs, evaluate_images, evaluate_text, evaluate_tokens
 from posenc.training.graph_task import GraphModelConfig, distance_classes, graph_batch
 from posenc.training.model import ModelConfig
-from posenc.training.train import AnyConfig, Batch, BatchSource, Model
+from posenc.training.train import AnyConfig, Batch, BatchSource, Model, Until
 from posenc.training.vision import image_batch, task_classes
 from posenc.training.vit import ViTConfig
 
 F = TypeVar("F", bound=Family)
 Cell = dict[str, Any]
+HELD_OUT_SEED_OFFSET = 0xC4EC  # train.until's held-out draw, apart from the batches' and the weights' seeds
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,19 @@ class Trainer(ABC, Generic[F]):
     @abstractmethod
     def score(self, model: Model, data: PreparedData, size: int, device: str) -> list[Cell]:
         """The cells of one evaluation size."""
+
+    def until(self, until: UntilSpec, data: PreparedData, seed: int, device: str) -> Until:
+        """``train.until`` for a run of ``seed``: every ``until.every`` steps, this trainer's own ``score`` at the
+        training size over ``until.samples`` held-out examples (``Family.held_out``, drawn from the run's seed
+        and the same at every check), judged by ``Family.until_reached``."""
+        family = self.family
+        held_out = type(self)(family.held_out(until.samples, (seed + HELD_OUT_SEED_OFFSET) % 2**32))
+        size = family.train_size()
+
+        def check(model: Model) -> tuple[float | None, bool]:
+            return family.until_reached(held_out.score(model, data, size, device), until.score)
+
+        return Until(every=until.every, check=check)
 
     def decoder_config(self, ref: MethodRef, vocab_size: int) -> ModelConfig:
         model = self.spec.model
@@ -171,7 +188,9 @@ class ImageTrainer(Trainer[Images]):
         )
 
     def score(self, model: Model, data: PreparedData, size: int, device: str) -> list[Cell]:
-        score = evaluate_images(model, self.family.task, size, samples=self.spec.eval.samples, device=device)
+        score = evaluate_images(
+            model, self.family.task, size, samples=self.spec.eval.samples, device=device, seed=self.family.held_out_seed
+        )
         cell = score.to_json()
         return [{"size": cell.pop("resolution"), **cell}]
 
@@ -216,6 +235,7 @@ class GraphTrainer(Trainer[Graphs]):
             max_distance=family.max_distance,
             samples=self.spec.eval.samples,
             device=device,
+            seed=family.held_out_seed,
         ).to_json()
         return [{"size": score.pop("num_nodes"), **score}]
 

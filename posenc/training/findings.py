@@ -5,8 +5,9 @@ The headline number per method:
 
 - probes (the result has a ``leaderboard``, ``posenc.tasks.probes.effective_length``): the effective length ratio
   L_eff / L_train, the median over the method's rated seeds, with the range (min..max) over those seeds. A run
-  that learned no probe at the training length has no ratio (the entry's ``unrated_seeds``): it is left out; a
-  method none of whose runs learned a probe (median None) is *not learned* and not ranked.
+  that learned no probe but the control at the training length has no ratio (the entry's ``unrated_seeds``): it
+  is left out, named with the probes it did not learn (its entry's ``not_learned``) and whether it learned the
+  control; a method none of whose runs is rated (median None) is not ranked.
 - every other family: the headline metric (``data["metric"]``) at the evaluated sizes strictly above the
   training size: each seed's mean over those sizes (the mean over the tags at each size first), then the mean over
   seeds with its standard deviation over seeds (population, as ``report.summarize``). A run whose ``learned`` is
@@ -16,13 +17,16 @@ The headline number per method:
 Best is the highest number, or the lowest where ``data["higher_is_better"]`` is false (perplexity); ties are
 broken by the method's name. The sentences, in order:
 
-1. the best method and its number with its spread; the runner-up and the gap, and whether the gap is separated
+1. the best method and its number with its spread, over "2 of 3 seeds" where it rests on fewer seeds than the
+   job ran (the same in the ranking); the runner-up and the gap, and whether the gap is separated
    from the spread over seeds: the gap is larger than the larger of the two standard deviations (metrics), or the
    two seed ranges do not overlap (probes). With one seed there is no spread ("1 seed: no spread") and the gap is
    not judged.
 2. the ranking of every method, best first (``>`` where higher is better, ``<`` where lower is), the methods that
    were not learned last.
-3. the runs left out because they did not learn their training size, per method.
+3. the runs left out because they did not learn their training size, per method; probes: the unrated runs, each
+   with the probes it did not learn ("learned the control common_words but not passkey") and their b_t where
+   the result's ``effective_length`` has them.
 4. probes only: the methods with a seed whose L_eff is the longest length evaluated (so only a lower bound), the
    probes some rated run did not learn (left out of that run's L_eff), and the control probe's mean score past
    the training length per method (it needs little position information: it should be flat across methods).
@@ -53,10 +57,17 @@ class _Headline:
     method: str
     centre: float
     values: tuple[float, ...]
+    run: int = 0  # the seeds the job ran for the method (0: as many as values)
 
     @property
     def seeds(self) -> int:
         return len(self.values)
+
+    @property
+    def counted(self) -> str:
+        """``3 seeds``, or ``2 of 3 seeds`` when the number rests on fewer seeds than the job ran."""
+        of = f" of {self.run}" if self.run > self.seeds else ""
+        return f"{self.seeds}{of} seed{'s' if self.seeds > 1 or of else ''}"
 
     @property
     def std(self) -> float:
@@ -107,24 +118,29 @@ def _seeds(seeds: Sequence[Any]) -> str:
 
 
 def _spread(board: _Board, headline: _Headline) -> str:
-    """The headline's spread in words: the range over seeds (probes) or ± the std; none with one seed."""
+    """The headline's spread in words: the range over seeds (probes) or ± the std; none with one seed. The seeds
+    are counted of the seeds run where fewer were counted (``2 of 3 seeds``)."""
     if headline.seeds == 1:
-        return "(1 seed: no spread)"
+        return f"({headline.counted}: no spread)"
     if board.probes:
         low, high = min(headline.values), max(headline.values)
-        return f"over {headline.seeds} seeds (range {_number(board, low)}..{_number(board, high)})"
-    return f"± {_fmt(headline.std)} over {headline.seeds} seeds"
+        return f"over {headline.counted} (range {_number(board, low)}..{_number(board, high)})"
+    return f"± {_fmt(headline.std)} over {headline.counted}"
 
 
 def _compact(board: _Board, headline: _Headline) -> str:
-    """``rope 1.5x (1x..2x)`` / ``rope 0.953 (±0.012)``: a ranking entry."""
+    """``rope 1.5x (1x..2x)`` / ``rope 0.953 (±0.012)``: a ranking entry; ``rope 1.5x (1 of 3 seeds)`` /
+    ``rope 1.5x (1x..2x; 2 of 3 seeds)`` when it rests on fewer seeds than the job ran."""
     text = f"{headline.method} {_number(board, headline.centre)}"
+    fewer = headline.counted if headline.run > headline.seeds else ""
     if headline.seeds == 1:
-        return text
+        return f"{text} ({fewer})" if fewer else text
     if board.probes:
         low, high = min(headline.values), max(headline.values)
-        return f"{text} ({_number(board, low)}..{_number(board, high)})"
-    return f"{text} (±{_fmt(headline.std)})"
+        spread = f"{_number(board, low)}..{_number(board, high)}"
+    else:
+        spread = f"±{_fmt(headline.std)}"
+    return f"{text} ({spread}; {fewer})" if fewer else f"{text} ({spread})"
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -180,7 +196,9 @@ def _probe_board(result: Mapping[str, Any], where: str) -> _Board:
         if not rated:
             board.unranked.append(method)
             continue
-        headlines.append(_Headline(method, median if median is not None else statistics.median(rated), rated))
+        run = entry.get("seeds_run", len(_list(entry.get("per_seed"))))
+        centre = median if median is not None else statistics.median(rated)
+        headlines.append(_Headline(method, centre, rated, run if isinstance(run, int) else 0))
     board.ranked.extend(_rank(headlines, True))
     board.unranked.sort()
     return board
@@ -229,16 +247,17 @@ def _metric_board(result: Mapping[str, Any], train_size: float, where: str) -> _
             board.unranked.append(method)
         elif means.get(method):
             values = tuple(means[method].values())
-            headlines.append(_Headline(method, statistics.fmean(values), values))
+            headlines.append(_Headline(method, statistics.fmean(values), values, len(runs)))
     _add_listed_failures(board, result.get("not_learned"))
     board.ranked.extend(_rank(headlines, higher))
     return board
 
 
 def _add_listed_failures(board: _Board, listed: Any) -> None:
-    """The result's ``not_learned`` ("method seed s") runs the table did not show (a trimmed result)."""
+    """The result's ``not_learned`` ("method seed s") runs the table did not show (a trimmed result); a per-probe
+    entry ("method seed s: probe") counts as its run."""
     for item in _list(listed):
-        method, _, seed = str(item).rpartition(" seed ")
+        method, _, seed = str(item).partition(": ")[0].rpartition(" seed ")
         if not method:
             continue
         parsed: Any = int(seed) if seed.lstrip("-").isdigit() else seed
@@ -264,6 +283,8 @@ def _gap_verdict(board: _Board, best: _Headline, runner: _Headline, gap: float) 
 
 
 def _best_sentence(board: _Board) -> str:
+    if not board.ranked and board.probes:
+        return f"No run learned a probe other than the control at the training length ({board.where}): nothing to rank."
     if not board.ranked:
         return f"No method learned its training size ({board.where}): nothing to rank."
     best = board.ranked[0]
@@ -298,7 +319,7 @@ def _ranking_sentence(board: _Board) -> str | None:
             f"Ranking by {board.quantity} past {board.where}, best first (± std over seeds): {''.join(parts) or 'none'}"
         )
     if board.unranked:
-        text += f"; not learned: {', '.join(board.unranked)}"
+        text += f"; {'no seed rated' if board.probes else 'not learned'}: {', '.join(board.unranked)}"
     return text + "."
 
 
@@ -324,8 +345,67 @@ def _excluded_sentence(board: _Board) -> str | None:
     for method in sorted(board.excluded):
         suffix = " (no run learned: not ranked)" if method in board.unranked else ""
         parts.append(f"{method} {_seeds(board.excluded[method])}{suffix}")
-    what = "Learned no probe at the training length" if board.probes else "Did not learn the training size"
-    return f"{what} ({board.where}), left out of the ranking numbers: {'; '.join(parts)}."
+    return f"Did not learn the training size ({board.where}), left out of the ranking numbers: {'; '.join(parts)}."
+
+
+def _unrated_sentence(result: Mapping[str, Any], board: _Board) -> str | None:
+    """Probes: the unrated runs (no probe but the control learned, so no L_eff), each named with the probes it did
+    not learn and whether it learned the control, with the probes' b_t (score at the two shortest lengths) where
+    the result's ``effective_length`` has them: a run that learned the control but not passkey is not a run that
+    learned nothing."""
+    if not board.excluded:
+        return None
+    control = _mapping(result.get("control"))
+    control_probe = control.get("probe")
+    with_control = set(_mapping(control.get("by_method")))
+    base: dict[tuple[str, Any], Mapping[str, Any]] = {
+        (str(run.get("method")), run.get("seed")): _mapping(run.get("base"))
+        for run in _rows(result.get("effective_length"))
+    }
+    failed: dict[tuple[str, Any], list[str]] = defaultdict(list)
+    for entry in _rows(result.get("leaderboard")):
+        for probe, seeds in sorted(_mapping(entry.get("not_learned")).items()):
+            for seed in _list(seeds):
+                failed[(str(entry.get("method")), seed)].append(str(probe))
+    scored = False
+
+    def named(probe: str, method: str, seeds: Sequence[Any]) -> str:
+        nonlocal scored
+        values = [
+            v for v in (_number_or_none(base.get((method, seed), {}).get(probe)) for seed in seeds) if v is not None
+        ]
+        if not values:
+            return probe
+        scored = True
+        low, high = min(values), max(values)
+        return f"{probe} ({_fmt(low)})" if low == high else f"{probe} ({_fmt(low)}..{_fmt(high)})"
+
+    parts = []
+    for method in sorted(board.excluded):
+        groups: dict[tuple[str, ...], list[Any]] = defaultdict(list)
+        for seed in board.excluded[method]:
+            groups[tuple(failed.get((method, seed), []))].append(seed)
+        described = []
+        for probes, seeds in groups.items():
+            others = [probe for probe in probes if probe != control_probe]
+            missed = ", ".join(named(probe, method, seeds) for probe in others)
+            if not probes:
+                what = ""
+            elif control_probe in probes:
+                the_control = f"the control {named(str(control_probe), method, seeds)}"
+                what = f" learned neither {missed} nor {the_control}" if others else f" did not learn {the_control}"
+            elif method in with_control:
+                what = f" learned the control {named(str(control_probe), method, seeds)} but not {missed}"
+            else:
+                what = f" did not learn {missed}"
+            described.append(f"{method} {_seeds(seeds)}{what}")
+        suffix = " (no seed rated: not ranked)" if method in board.unranked else ""
+        parts.append("; ".join(described) + suffix)
+    brackets = "; in brackets a probe's score at the two shortest lengths" if scored else ""
+    return (
+        f"Unrated, left out of the ranking numbers: no probe other than the control learned at the training length "
+        f"({board.where}{brackets}): {'; '.join(parts)}."
+    )
 
 
 def _probe_sentences(result: Mapping[str, Any], train_size: float, where: str) -> list[str]:
@@ -405,12 +485,15 @@ def findings(result: Mapping[str, Any], *, baseline: str | None = None) -> list[
     board = _probe_board(result, where) if probes else _metric_board(result, train_size, where)
     if not board.ranked and not board.unranked:
         return [_nothing(where)]
-    sentences = [_best_sentence(board), _ranking_sentence(board), _excluded_sentence(board)]
+    excluded = _unrated_sentence(result, board) if probes else _excluded_sentence(board)
+    sentences = [_best_sentence(board), _ranking_sentence(board), excluded]
     if probes:
         sentences.append(_ceiling_sentence(board, sizes[-1] / train_size, f"{_fmt(sizes[-1])}{unit}"))
         sentences.extend(_probe_sentences(result, train_size, where))
     if baseline is not None:
         sentences.extend(_baseline_sentences(board, baseline))
+    # a context-extension study whose rules ran outside the regime they are built for says so beside its ranks
+    sentences.extend(f"Regime: {warning}" for warning in _list(_mapping(result.get("study")).get("regime_warnings")))
     return [sentence for sentence in sentences if sentence]
 
 

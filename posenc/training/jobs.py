@@ -16,7 +16,10 @@ Kinds
 
 Every result says what its sizes are (``result["data"]``, the family's ``describe``: unit, training size,
 sizes, tokens per size) and, per run, its in-distribution scores and ``learned`` (the headline metric at the
-training size at least 0.9; None for perplexity).
+training size at least 0.9; None for perplexity). ``not_learned`` lists the runs that did not learn ("rope seed
+2"); where learning is per probe (the probes) every probe a run did not learn ("rope seed 1: passkey"), also as
+``not_learned_probes`` (``{"method", "seed", "probe"}``), per run in ``runs``, and in each table row's
+``learned``. ``score_series`` is ``plot.png``'s data (``posenc.training.report.series_json``).
 
 Idempotent and resumable (service.md §1.7): ``job_dir/result.json`` is written last and returned as is when a
 redelivered job finds it; each run keeps its training checkpoint and, once done, its record under
@@ -39,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.errors import InvalidInput
-from posenc.extension import BASE_LABEL, arms, finetune_job_spec
+from posenc.extension import BASE_LABEL, arms, finetune_job_spec, regime
 from posenc.files import read_json, write_bytes_atomic, write_json_atomic
 from posenc.jobspec import validate_spec
 from posenc.pe import get_method
@@ -51,11 +54,14 @@ from posenc.training.families import PreparedData, Trainer, trainer_for
 from posenc.training.files import load_model, save_model
 from posenc.training.findings import findings
 from posenc.training.hooks import JobCancelled, JobHooks, Progress
+from posenc.training.leaderboard import suite_results
 from posenc.training.model import count_parameters
 from posenc.training.report import (
     heatmap_png,
     leaderboard_png,
     plot_png,
+    score_series,
+    series_json,
     summarize,
     write_benchmark_artifacts,
 )
@@ -155,8 +161,12 @@ def _train(
     device: str,
     label: str,
 ) -> tuple[Model, dict[str, Any]]:
-    """Train (or resume) one (method, seed) under ``directory``; returns the model and its training record."""
+    """Train (or resume) one (method, seed) under ``directory``; returns the model and its training record. With
+    ``train.until`` the record also has ``steps_needed`` (the step it reached the threshold at; None: it hit the
+    cap) and ``until`` (the threshold, the checks' spacing, whether it was reached, every check's [step, value]);
+    progress counts the cap's steps either way."""
     config = trainer.model_config(ref, len(data.vocab))
+    until = spec.train.until
     outcome = train(
         config,
         seed,
@@ -166,9 +176,10 @@ def _train(
         hooks=progress.hooks,
         device=device,
         scope=ProgressScope(offset=progress.done, total=progress.total, stage=f"train {label}"),
+        until=None if until is None else trainer.until(until, data, seed, device),
     )
     progress.done += spec.train.steps
-    record = {
+    record: dict[str, Any] = {
         "seed": seed,
         "steps": spec.train.steps,
         "steps_run": outcome.steps_run,
@@ -178,6 +189,17 @@ def _train(
         "parameters": count_parameters(outcome.model),
         "losses": outcome.losses,
     }
+    if until is not None:
+        needed = outcome.steps_needed
+        if needed is not None:
+            progress.advance(0, f"train {label}: learned at step {needed} of {spec.train.steps}")
+        record["steps_needed"] = needed
+        record["until"] = {
+            "score": until.score,
+            "every": until.every,
+            "reached": needed is not None,
+            "checks": outcome.checks,
+        }
     return outcome.model, record
 
 
@@ -214,7 +236,8 @@ def run_unit(
 ) -> dict[str, Any]:
     """Train and evaluate one run of a benchmark (or skip it: its record is kept once done); the record is
     ``{"method", "label", "seed", "cells", "in_distribution", "learned", "final_loss", "tokens_per_s",
-    "train_seconds", "parameters"}`` (and a study's arm's ``"arm"`` and ``"base"``)."""
+    "train_seconds", "parameters"}`` (and a study's arm's ``"arm"`` and ``"base"``; with ``train.until``,
+    ``"steps_needed"`` and ``"until"``, see ``_train``)."""
     directory = run_dir(job_dir, spec, unit)
     done_file = directory / RESULT_NAME
     if done_file.is_file():
@@ -394,6 +417,8 @@ def table_rows(family: Family, records: list[dict[str, Any]]) -> tuple[list[dict
     rows: list[dict[str, Any]] = []
     for record in records:
         headline = record["in_distribution"].get(family.metric)
+        # train.until: the steps the run needed (None: it hit the cap), beside its learned flag
+        needed = {"steps_needed": record["steps_needed"]} if "until" in record else {}
         for cell in record["cells"]:
             for metric in family.metrics:
                 if metric in cell:
@@ -407,6 +432,7 @@ def table_rows(family: Family, records: list[dict[str, Any]]) -> tuple[list[dict
                             "value": cell[metric],
                             "learned": record["learned"],
                             "in_distribution": headline,
+                            **needed,
                         }
                     )
     return rows, tags
@@ -414,8 +440,34 @@ def table_rows(family: Family, records: list[dict[str, Any]]) -> tuple[list[dict
 
 def run_summaries(family: Family, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = ("label", "seed", "in_distribution", "learned", "final_loss", "tokens_per_s", "train_seconds")
+    until_keys = ("steps", "steps_needed", "until")  # train.until's runs: the cap, the steps needed, the checks
     # (a run recorded before runs kept their loss curve has none)
-    return [{key: record[key] for key in keys} | {"loss_curve": record.get("loss_curve", [])} for record in records]
+    return [
+        {key: record[key] for key in keys}
+        | {key: record[key] for key in until_keys if "until" in record}
+        | {"loss_curve": record.get("loss_curve", [])}
+        for record in records
+    ]
+
+
+def learned_per_probe(rows: list[dict[str, Any]], failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where learning is per probe, each row's ``learned``: whether its run learned the row's probe (False for the
+    ``failures``' (method, seed, probe), True for the rest) instead of the run's None."""
+    failed = {(failure["method"], failure["seed"], failure["probe"]) for failure in failures}
+    return [row | {"learned": (row["method"], row["seed"], row.get("probe")) not in failed} for row in rows]
+
+
+def _probes_of(failures: list[dict[str, Any]], method: str, seed: int) -> list[str]:
+    return [failure["probe"] for failure in failures if (failure["method"], failure["seed"]) == (method, seed)]
+
+
+def not_learned_runs(rows: list[dict[str, Any]], failures: list[dict[str, Any]] | None = None) -> list[str]:
+    """The result's ``not_learned``: "method seed s" for every run that did not learn its training sizes; where
+    learning is per probe (``failures``, the probes' ``not_learned_probes``), "method seed s: probe" for every
+    probe a run did not learn, so a run that learned the control but not passkey is listed with passkey."""
+    if failures is not None:
+        return sorted({f"{failure['method']} seed {failure['seed']}: {failure['probe']}" for failure in failures})
+    return sorted({row["method"] + f" seed {row['seed']}" for row in rows if row["learned"] is False})
 
 
 def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Path) -> dict[str, Any]:
@@ -424,9 +476,13 @@ def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Pa
     rows, tags = table_rows(family, records)
     summary = summarize(rows, family.train_size(), tags)
     extra = family.extra_results(rows)
-    plots = {"plot.png": plot_png(rows, family.metric, family.train_size(), family.title(), family.unit,
-                                  family.chance())}  # fmt: skip
+    failures = extra.get("not_learned_probes")  # where learning is per probe (probes): [{method, seed, probe}]
+    if failures is not None:
+        rows = learned_per_probe(rows, failures)
     group = family.group_tag
+    control = extra.get("control", {}).get("probe")  # drawn in its own panel
+    plots = {"plot.png": plot_png(rows, family.metric, family.train_size(), family.title(), family.unit,
+                                  family.chance(), panel_tag=group, control=control)}  # fmt: skip
     for tag in tags:
         if tag == group:
             continue
@@ -443,14 +499,17 @@ def assemble_benchmark(spec: JobSpec, records: list[dict[str, Any]], job_dir: Pa
             leaderboard, "median", extra.get("leaderboard_label", "score"), extra.get("leaderboard_title", "")
         )
     artifacts = write_benchmark_artifacts(job_dir, rows, summary, plots, tags)
-    not_learned = sorted({row["method"] + f" seed {row['seed']}" for row in rows if row["learned"] is False})
+    runs = run_summaries(family, records)
+    if failures is not None:
+        runs = [run | {"not_learned_probes": _probes_of(failures, run["label"], run["seed"])} for run in runs]
     result = {
         "kind": "benchmark",
         "data": family.describe(),
         "table": rows,
         "summary": summary,
-        "runs": run_summaries(family, records),
-        "not_learned": not_learned,
+        "runs": runs,
+        "not_learned": not_learned_runs(rows, failures),
+        "score_series": series_json(score_series(rows, family.metric, group), family.metric, control),
         "training_params": _training_params(spec),
         "setups": {
             record["label"]: {key: record[key] for key in ("pattern", "config", "layers") if key in record}
@@ -472,6 +531,7 @@ def _study_fields(spec: JobSpec, records: list[dict[str, Any]]) -> dict[str, Any
     assert extension is not None
     bases = {record["seed"]: {k: v for k, v in record["base"].items() if k != "trained_here"} for record in records}
     tuned = finetune_job_spec(spec, arms(spec)[0]).train
+    bands, warnings = regime(spec)  # how the setup's pairs fall into each rule's bands, beside the source model's
     return {
         "kind": "context_extension",
         "base": extension.base.model_dump(exclude_defaults=True),
@@ -486,6 +546,8 @@ def _study_fields(spec: JobSpec, records: list[dict[str, Any]]) -> dict[str, Any
             str(seed): sum(1 for r in records if r["seed"] == seed and r["base"]["trained_here"])
             for seed in sorted(bases)
         },
+        "bands": bands,
+        "regime_warnings": warnings,
     }
 
 
@@ -712,6 +774,7 @@ def assemble_suite(spec: JobSpec, tasks: list[dict[str, Any]], job_dir: Path) ->
         "budget": suite.budget,
         "tasks": tasks,
         "mrr": mrr,
+        **suite_results(spec, tasks),
         "artifacts": [*plots, *(name for task in tasks for name in task["artifacts"])],
     }
 

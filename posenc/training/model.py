@@ -109,6 +109,7 @@ class PositionalEncoding(nn.Module):
         self.params: MethodParams = self.spec.parse_params(self.spec.training_params(raw_params))
         self.layer = layer
         self.learned = nn.ParameterDict()
+        self._listed: dict[str, int] = {}  # a list-valued init (axial's tables): its name -> its length
         self._cache: dict[Any, Any] = {}
         self._applier: tuple[tuple[torch.Tensor, ...], Applier] | None = None  # see ``applier``
         if self.spec.learned and learned:
@@ -118,8 +119,13 @@ class PositionalEncoding(nn.Module):
                 seed = pe_init_seed(run_seed, int(getattr(self.params, "seed", 0)), layer_index)
                 self.params = self.params.model_copy(update={"seed": seed})
             init_context = build_applier(self.spec, self.params, layer).init_context(init_tokens, init_grid)
-            for name, tensor in self.spec.learned_init(self.params, init_context).items():
-                self.learned[name] = nn.Parameter(torch.as_tensor(tensor, dtype=torch.float32).clone())
+            for name, value in self.spec.learned_init(self.params, init_context).items():
+                tensors = value if isinstance(value, list | tuple) else [value]
+                if isinstance(value, list | tuple):
+                    self._listed[name] = len(value)  # one parameter per element: name__0, name__1, ...
+                for index, tensor in enumerate(tensors):
+                    key = f"{name}__{index}" if name in self._listed else name
+                    self.learned[key] = nn.Parameter(torch.as_tensor(tensor, dtype=torch.float32).clone())
 
     def applier(self, layer: Layer | None = None) -> Applier:
         """The applier with the current learned tensors substituted (differentiable); fixed tables cached.
@@ -142,7 +148,14 @@ class PositionalEncoding(nn.Module):
         return built[1]
 
     def _current_params(self) -> MethodParams:
-        return self.params.model_copy(update=dict(self.learned.items())) if self.learned else self.params
+        """The params with the learned tensors in (a list-valued one put back together as its list)."""
+        if not self.learned:
+            return self.params
+        listed = {f"{name}__{index}" for name, count in self._listed.items() for index in range(count)}
+        update: dict[str, Any] = {name: tensor for name, tensor in self.learned.items() if name not in listed}
+        for name, count in self._listed.items():
+            update[name] = [self.learned[f"{name}__{index}"] for index in range(count)]
+        return self.params.model_copy(update=update)
 
 
 def attach_positional_encodings(

@@ -9,6 +9,12 @@ state (model, optimizer, scheduler, step, RNG states, loss history) is written a
 ``checkpoint_dir/train_state.pt``; a run restarted with the same directory continues from there and, on the
 CPU, ends bit-identical to an uninterrupted run. Hooks are called every step: ``should_cancel`` before the
 step (raising :class:`JobCancelled`), ``progress`` after it.
+
+Train until learned (``Until``): every ``every`` steps the model is scored on held-out data (in eval mode, no
+grad; the caller's ``check`` draws the same examples at each check, from a generator of its own, so the batch
+stream is untouched) and the run stops at the first check that reaches the threshold. The checks so far and the
+step it stopped at are part of the checkpoint, so a run killed between two checks resumes and stops at the same
+step with the same weights, and a run restarted after it stopped trains no further.
 """
 
 from __future__ import annotations
@@ -76,6 +82,18 @@ class ProgressScope:
     stage: str | None = None
 
 
+UntilCheck = Callable[[Model], tuple[float | None, bool]]  # model -> (held-out value, reached)
+
+
+@dataclass(frozen=True)
+class Until:
+    """Stop once learned: ``check`` scores the model on held-out data every ``every`` steps (never past
+    ``spec.steps``, the cap) and says whether it reached the threshold."""
+
+    every: int
+    check: UntilCheck
+
+
 @dataclass
 class TrainOutcome:
     model: Model
@@ -83,6 +101,8 @@ class TrainOutcome:
     steps_run: int  # steps executed by this call (0 when the final checkpoint already existed)
     seconds: float  # wall time of those steps
     tokens_per_s: float | None  # input tokens per second over those steps
+    steps_needed: int | None = None  # with ``until``: the step it reached the threshold at; None: hit the cap
+    checks: list[list[float | None]] | None = None  # with ``until``: [step, held-out value] of every check
 
     @property
     def final_loss(self) -> float:
@@ -125,7 +145,10 @@ def atomic_torch_save(state: dict[str, Any], path: Path) -> None:
 
 def _fingerprint(config: AnyConfig, seed: int, spec: TrainSpec) -> dict[str, Any]:
     """What a checkpoint must match to be resumed (a different run's state is never picked up)."""
-    return {"config": config.to_json(), "seed": seed, "train": spec.model_dump()}
+    train = spec.model_dump()
+    if spec.until is None:
+        del train["until"]  # a run without train.until matches the checkpoints written before it existed
+    return {"config": config.to_json(), "seed": seed, "train": train}
 
 
 def train(
@@ -140,11 +163,18 @@ def train(
     threads: int | None = None,
     scope: ProgressScope | None = None,
     initial_state: Mapping[str, torch.Tensor] | None = None,
+    until: Until | None = None,
 ) -> TrainOutcome:
     """Train ``build_model(config, seed)`` for ``spec.steps`` steps, resuming from ``checkpoint_dir``.
 
     ``initial_state``: start from these weights (a fine-tune of a trained model; every key of the model, no
-    other) instead of the seed's draw; the data and the global generator still follow ``seed``."""
+    other) instead of the seed's draw; the data and the global generator still follow ``seed``.
+
+    ``until``: after every ``until.every``-th step, ``until.check`` scores the model (eval mode, no grad, train
+    mode restored); the first check that reaches its threshold stops the run there (``steps_needed``), its
+    checkpoint written with the stop recorded. The learning-rate schedule stays the cosine over ``spec.steps``
+    (the cap): stopping early leaves the lr wherever the cap's schedule had it, so a run's first ``n`` steps are
+    the same whatever its threshold."""
     if threads is not None:
         torch.set_num_threads(threads)
     hooks = hooks if hooks is not None else NoHooks()
@@ -163,6 +193,8 @@ def train(
     generator = torch.Generator().manual_seed(seed + DATA_SEED_OFFSET)
     torch.manual_seed(seed + GLOBAL_SEED_OFFSET)  # a resumed run restores its saved state below
     losses: list[float] = []
+    checks: list[list[float | None]] = []
+    stopped: int | None = None  # the step a reached ``until`` stopped the run at
     start_step = 0
     fingerprint = _fingerprint(config, seed, spec) | {"from_weights": initial_state is not None}
     checkpoint = checkpoint_dir / CHECKPOINT_NAME if checkpoint_dir is not None else None
@@ -177,6 +209,8 @@ def train(
             torch.set_rng_state(state["torch_rng"])
             losses = list(state["losses"])
             start_step = int(state["step"])
+            checks = [list(check) for check in state.get("checks", [])]
+            stopped = state.get("stopped")
 
     def save(step: int) -> None:
         if checkpoint is None:
@@ -191,14 +225,28 @@ def train(
                 "data_rng": generator.get_state(),
                 "torch_rng": torch.get_rng_state(),
                 "losses": losses,
+                "checks": checks,
+                "stopped": stopped,
             },
             checkpoint,
         )
 
+    def held_out(done: int) -> bool:
+        """Whether the check after step ``done`` (if one is due) reaches the threshold; records it."""
+        if until is None or done % until.every != 0:
+            return False
+        model.eval()
+        with torch.no_grad():
+            value, reached = until.check(model)
+        model.train()
+        checks.append([done, value])
+        return reached
+
     model.train()
     tokens = 0
     began = time.perf_counter()
-    for step in range(start_step, spec.steps):
+    end = stopped if stopped is not None else spec.steps  # a run that already stopped trains no further
+    for step in range(start_step, end):
         if hooks.should_cancel():
             raise JobCancelled(f"cancelled before step {step + 1} of {spec.steps}")
         batch = batches(generator)
@@ -217,11 +265,15 @@ def train(
         losses.append(float(loss.item()))
         tokens += batch.tokens if batch.tokens is not None else batch.inputs.numel()
         done = step + 1
-        if done % spec.checkpoint_every == 0 or done == spec.steps:
+        if held_out(done):
+            stopped = done
+        if done % spec.checkpoint_every == 0 or done == spec.steps or stopped is not None:
             save(done)
         hooks.progress(Progress(step=scope.offset + done, total=total, loss=losses[-1], stage=scope.stage))
+        if stopped is not None:
+            break
     seconds = time.perf_counter() - began
-    steps_run = spec.steps - start_step
+    steps_run = len(losses) - start_step
     model.eval()
     return TrainOutcome(
         model=model,
@@ -229,4 +281,6 @@ def train(
         steps_run=steps_run,
         seconds=seconds,
         tokens_per_s=tokens / seconds if steps_run and seconds > 0 else None,
+        steps_needed=stopped,
+        checks=checks if until is not None else None,
     )

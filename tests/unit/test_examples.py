@@ -17,7 +17,14 @@ from posenc.real_models.configs import resolve_config
 from posenc.schemas.jobs import JobCreate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-KINDS = {"train": "train", "benchmark": "benchmark", "study": "benchmark", "suite": "benchmark", "compute": "compute"}
+KINDS = {
+    "train": "train",
+    "benchmark": "benchmark",
+    "study": "benchmark",
+    "suite": "benchmark",
+    "leaderboard": "benchmark",
+    "compute": "compute",
+}
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -834,12 +834,15 @@ class JobSpec(BaseModel):
     """
     benchmark only: a context-extension study; its methods are the arms (rotary scaling rules) applied to one base model per seed
     """
-    methods: Annotated[list[MethodRef], Field(max_length=32, min_length=1, title="Methods")]
+    methods: Annotated[list[MethodRef] | None, Field(max_length=32, title="Methods")] = None
+    """
+    at least one; only a suite's spec may leave them out, and then gets the suite's own methods (the 'leaderboard' suite: every 1D method that trains in a job)
+    """
     model: ModelSpec | None = None
     seeds: Annotated[list[Seed] | None, Field(max_length=64, min_length=1, title="Seeds")] = None
     suite: Annotated[Suite | None, Field(title="Suite")] = None
     """
-    benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
+    benchmark only: a named preset ('quick', 'standard', 'paper', 'leaderboard') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
     """
     train: TrainSpec | None = None
 
@@ -1735,7 +1738,7 @@ class Stride(RootModel[int]):
 class Suite(RootModel[str]):
     root: Annotated[str, Field(max_length=32, title="Suite")]
     """
-    benchmark only: a named preset ('quick', 'standard', 'paper') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
+    benchmark only: a named preset ('quick', 'standard', 'paper', 'leaderboard') that sets data, model, train and eval for each of its tasks; give methods (and seeds to override the suite's)
     """
 
 
@@ -1896,8 +1899,36 @@ class TrainSpec(BaseModel):
     """
     lr: Annotated[float, Field(gt=0.0, le=1.0, title="Lr")] = 0.002
     steps: Annotated[int, Field(ge=1, le=10000000, title="Steps")] = 1000
+    until: UntilSpec | None = None
+    """
+    stop once learned (checked every until.every steps on held-out data); train.steps is the cap
+    """
     warmup_steps: Annotated[int, Field(ge=0, le=9223372036854776000, title="Warmup Steps")] = 50
     weight_decay: Annotated[float, Field(ge=0.0, title="Weight Decay")] = 0.01
+
+
+class UntilSpec(BaseModel):
+    """
+    Train until learned: every ``every`` steps the model is scored on ``samples`` held-out examples of its
+    training size, and training stops once the family's headline in-distribution metric reaches ``score``;
+    ``train.steps`` stays the cap (and the learning-rate schedule's length).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    every: Annotated[int, Field(ge=1, le=1000000, title="Every")] = 100
+    """
+    training steps between checks
+    """
+    samples: Annotated[int, Field(ge=1, le=9223372036854776000, title="Samples")] = 50
+    """
+    held-out examples per check (as eval.samples; text: windows of train.length)
+    """
+    score: Annotated[float | None, Field(title="Score")] = None
+    """
+    the threshold on the headline in-distribution metric (accuracies: at least this, in [0, 1]; perplexity: at most this); default the family's own learned rule (accuracies >= 0.9; probes: every probe, the control included, >= 0.8); text has none: give a score
+    """
 
 
 class Window(RootModel[int]):

@@ -433,6 +433,15 @@ def test_leaderboard_over_seeds_and_runs_that_learned_nothing() -> None:
     assert board["rope"]["min"] == 1.0
     assert board["nope"]["median"] is None
     assert board["nope"]["not_learned"] == {"passkey": [0]}
+    assert [(board[m]["seeds_rated"], board[m]["seeds_run"]) for m in ("alibi", "rope", "nope")] == [
+        (2, 3),
+        (2, 2),
+        (0, 1),
+    ]
+    assert result["not_learned_probes"] == [
+        {"method": "alibi", "seed": 2, "probe": "passkey"},
+        {"method": "nope", "seed": 0, "probe": "passkey"},
+    ]
     runs = {(entry["method"], entry["seed"]): entry for entry in result["effective_length"]}
     assert runs[("alibi", 2)]["l_eff"] is None
     assert runs[("alibi", 2)]["learned_probes"] == []
@@ -487,6 +496,16 @@ def test_a_small_benchmark_end_to_end(tmp_path: Path) -> None:
     assert all(0.0 <= row["value"] <= 1.0 for row in table)
     assert result["control"]["by_method"].keys() == {"alibi", "rope"}
     assert result["data"]["family"] == "probes"
+    # not_learned per probe, in the result's list, its runs and its table rows alike
+    failed = [(run["method"], run["seed"], probe) for run in result["effective_length"]
+              for probe in sorted(run["not_learned_probes"])]  # fmt: skip
+    assert result["not_learned"] == sorted(f"{method} seed {seed}: {probe}" for method, seed, probe in failed)
+    assert [(f["method"], f["seed"], f["probe"]) for f in result["not_learned_probes"]] == failed
+    for run in result["runs"]:
+        assert [(run["label"], run["seed"], probe) for probe in run["not_learned_probes"]] == [
+            failure for failure in failed if failure[:2] == (run["label"], run["seed"])
+        ]
+    assert all(row["learned"] is ((row["method"], row["seed"], row["probe"]) not in failed) for row in table)
 
 
 def test_a_study_rates_its_arms_against_the_base_model_s_own_short_length_scores() -> None:

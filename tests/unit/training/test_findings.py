@@ -1,6 +1,7 @@
-"""A benchmark's generated summary: the best method and its number with the spread over seeds,
-the runner-up and the gap, the ranking, the runs left out, the probes' effective length and control, a baseline's
-differences; built from small hand-made results shaped as ``assemble_benchmark`` returns them."""
+"""A benchmark's generated summary: the best method and its number with the spread over seeds (and the seeds it
+rests on when fewer than ran), the runner-up and the gap, the ranking, the runs left out (the probes: with the
+probes they failed), the probes' effective length and control, a baseline's differences; built from small
+hand-made results shaped as ``assemble_benchmark`` returns them, and a passkey job's (``tests.helpers.passkey_job``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import statistics
 from typing import Any
 
 from posenc.training.findings import findings
+from tests.helpers.passkey_job import passkey_result
 
 Values = dict[str, dict[int, dict[int, float]]]  # method -> seed -> size -> value
 
@@ -133,16 +135,16 @@ def test_runs_that_did_not_learn_are_named_and_left_out_of_the_numbers() -> None
         "alibi": {0: {10: 1.0, 20: 0.5}, 1: {10: 1.0, 20: 0.5}, 2: {10: 1.0, 20: 0.5}},
         "nope": {0: {10: 0.2, 20: 0.9}, 1: {10: 0.1, 20: 0.9}},  # never learned: its 0.9 is not ranked
     }
-    failed = {("rope", 2): False, ("nope", 0): False, ("nope", 1): False}
+    failed: dict[tuple[str, int], bool | None] = {("rope", 2): False, ("nope", 0): False, ("nope", 1): False}
     result = sequence_result(rows(values, learned=failed), not_learned=["nope seed 0", "nope seed 1", "rope seed 2"])
     sentences = findings(result)
-    # rope: 0.7 ± 0.1 over its 2 learned seeds (seed 2's 0 left out)
+    # rope: 0.7 ± 0.1 over its 2 learned seeds of the 3 it ran (seed 2's 0 left out)
     assert sentences[0] == (
-        "Best mean exact_match past the training size (10 items): rope, 0.7 ± 0.1 over 2 seeds; runner-up alibi at "
-        "0.5 ± 0 over 3 seeds, 0.2 behind; the gap exceeds one standard deviation over seeds: separated at 2 and 3 "
+        "Best mean exact_match past the training size (10 items): rope, 0.7 ± 0.1 over 2 of 3 seeds; runner-up alibi "
+        "at 0.5 ± 0 over 3 seeds, 0.2 behind; the gap exceeds one standard deviation over seeds: separated at 2 and 3 "
         "seeds."
     )
-    assert sentences[1].endswith("rope 0.7 (±0.1) > alibi 0.5 (±0); not learned: nope.")
+    assert sentences[1].endswith("rope 0.7 (±0.1; 2 of 3 seeds) > alibi 0.5 (±0); not learned: nope.")
     assert sentences[2] == (
         "Did not learn the training size (10 items), left out of the ranking numbers: nope seeds 0, 1 (no run "
         "learned: not ranked); rope seed 2."
@@ -190,6 +192,15 @@ def test_a_baseline_gets_every_other_methods_difference() -> None:
     assert not any(" vs " in sentence for sentence in findings(sequence_result(rows(values))))
 
 
+def test_a_study_outside_its_rules_regime_says_so_last() -> None:
+    values: Values = {"base": {0: {256: 20.0}}, "yarn": {0: {256: 15.0}}}
+    warning = "yarn: no pair in the kept band at this setup"
+    result = text_result(rows(values, metric="ppl")) | {"study": {"regime_warnings": [warning]}}
+    sentences = findings(result, baseline="base")
+    assert sentences[-1] == f"Regime: {warning}"
+    assert not any(s.startswith("Regime") for s in findings(text_result(rows(values, metric="ppl")), baseline="base"))
+
+
 def test_a_lower_is_better_baseline_calls_a_lower_number_better() -> None:
     values: Values = {"base": {0: {256: 20.0}}, "ntk": {0: {256: 15.0}}}
     sentences = findings(text_result(rows(values, metric="ppl")), baseline="base")
@@ -215,11 +226,11 @@ def test_probes_rank_the_median_effective_length_with_its_range_over_seeds() -> 
     )
     assert sentences[1] == (
         "Ranking by median L_eff / L_train, best first (range over seeds): rope 2x (1.5x..3x) > alibi 1.5x "
-        "(1x..1.5x); not learned: nope."
+        "(1x..1.5x); no seed rated: nope."
     )
     assert sentences[2] == (
-        "Learned no probe at the training length (64 tokens), left out of the ranking numbers: nope seeds 0, 1, 2 "
-        "(no run learned: not ranked)."
+        "Unrated, left out of the ranking numbers: no probe other than the control learned at the training length "
+        "(64 tokens): nope seeds 0, 1, 2 (no seed rated: not ranked)."
     )
     assert len(sentences) == 3
 
@@ -233,10 +244,15 @@ def test_probe_seed_ranges_that_do_not_overlap_are_separated() -> None:
 def test_an_unrated_probe_seed_is_left_out_of_the_median_and_named() -> None:
     sentences = findings(probes_result([entry("rope", [3.0, None, 1.0]), entry("alibi", [1.5, 1.5, 1.5])]))
     assert sentences[0].startswith(
-        "Best effective length L_eff / L_train (L_train = 64 tokens): rope, median 2x over 2 seeds"
+        "Best effective length L_eff / L_train (L_train = 64 tokens): rope, median 2x over 2 of 3 seeds"
+    )
+    assert sentences[1] == (
+        "Ranking by median L_eff / L_train, best first (range over seeds): rope 2x (1x..3x; 2 of 3 seeds) > alibi "
+        "1.5x (1.5x..1.5x)."
     )
     assert sentences[2] == (
-        "Learned no probe at the training length (64 tokens), left out of the ranking numbers: rope seed 1."
+        "Unrated, left out of the ranking numbers: no probe other than the control learned at the training length "
+        "(64 tokens): rope seed 1."
     )
 
 
@@ -305,3 +321,38 @@ def test_the_sentences_do_not_depend_on_the_order_of_the_rows() -> None:
     shuffled = list(table)
     random.Random(0).shuffle(shuffled)
     assert findings(sequence_result(table)) == findings(sequence_result(shuffled))
+
+
+def test_a_passkey_job_names_the_probe_its_unrated_runs_failed_and_the_seeds_its_number_rests_on() -> None:
+    """rope seeds 1 and 2 learned the control (0.83, 0.97) but not passkey (0.1, 0.3): they are unrated, and the
+    findings say which probe they failed, never that they learned no probe; rope's 2x rests on 1 of 3 seeds."""
+    result = passkey_result()
+    assert result["not_learned"] == ["rope seed 1: passkey", "rope seed 2: passkey"]
+    sentences = findings(result)
+    assert sentences[1] == (
+        "Ranking by median L_eff / L_train, best first (range over seeds): alibi 4x (4x..4x) > rope 2x (1 of 3 seeds)."
+    )
+    assert sentences[2] == (
+        "Unrated, left out of the ranking numbers: no probe other than the control learned at the training length "
+        "(64 tokens; in brackets a probe's score at the two shortest lengths): rope seeds 1, 2 learned the control "
+        "common_words (0.83..0.97) but not passkey (0.1..0.3)."
+    )
+    assert not any("learned no probe" in sentence.lower() for sentence in sentences)
+
+
+def test_an_unrated_run_that_failed_the_control_too_is_said_so() -> None:
+    leaderboard = [entry("rope", [2.0, None, None], not_learned={"passkey": [1, 2], "common_words": [2]})]
+    control = {"probe": "common_words", "by_method": {"rope": {"128": {"mean": 0.5, "std": 0.0, "seeds": 3}}}}
+    sentences = findings(probes_result(leaderboard, control=control))
+    assert sentences[1] == (
+        "Unrated, left out of the ranking numbers: no probe other than the control learned at the training length "
+        "(64 tokens): rope seed 1 learned the control common_words but not passkey; rope seed 2 learned neither "
+        "passkey nor the control common_words."
+    )
+
+
+def test_a_per_probe_not_learned_entry_counts_as_its_run() -> None:
+    result = sequence_result(rows({"rope": {0: {20: 0.9}}}), not_learned=["rope seed 1: passkey"])
+    assert findings(result)[-1] == (
+        "Did not learn the training size (10 items), left out of the ranking numbers: rope seed 1."
+    )
