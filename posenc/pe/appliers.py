@@ -766,6 +766,10 @@ class BiasApplier(Applier):
 class RotaryApplier(Applier):
     """q and k rotated by their positions; xPos also scales q by ζ^(n/λ) and k by its reciprocal."""
 
+    def __init__(self, spec: MethodSpec, params: MethodParams, layer: Layer, cache: dict[Any, Any] | None = None):
+        super().__init__(spec, params, layer, cache)
+        self._frequencies: dict[tuple[int, str], RotaryFrequencies | RotaryGenerators] = {}
+
     @property
     def rotates(self) -> bool:
         return True
@@ -790,9 +794,17 @@ class RotaryApplier(Applier):
             )
 
     def frequencies(self, seq_len: int, device: torch.device) -> RotaryFrequencies | RotaryGenerators:
-        """The method's frequencies (or generators) for a context of ``seq_len`` (dynamic scalings read it)."""
+        """The method's frequencies (or generators) for a context of ``seq_len`` (dynamic scalings read it),
+        computed once per (context, device) in an applier's life: a request's rotation of q and of k, its tables
+        and its attention scale read the same ones. A learned method's are recomputed every call (its tensors
+        change as it trains, and gradients must reach them)."""
         ctx = RotaryContext(rotary_dim=self.rotary_dim, seq_len=seq_len, device=device, num_heads=self.layer.num_heads)
-        return rotary_frequencies(self.spec, self.params, ctx)
+        if self.spec.learned:
+            return rotary_frequencies(self.spec, self.params, ctx)
+        key = (seq_len, str(device))
+        if key not in self._frequencies:
+            self._frequencies[key] = rotary_frequencies(self.spec, self.params, ctx)
+        return self._frequencies[key]
 
     def tables(
         self, pos: torch.Tensor, seq_len: int

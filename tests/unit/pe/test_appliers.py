@@ -237,3 +237,40 @@ def test_a_model_moved_after_it_was_built_computes_where_its_inputs_are(
         assert isinstance(applier, AttentionApplier)
         logits = applier.normalise(torch.empty(2, 2, 16, 16, device=meta), inputs).weights
     assert logits.device == meta
+
+
+def test_a_rotary_request_computes_its_frequencies_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """q, k, their tables and the attention scale of one ``/v1/rotary`` request read one computation of the
+    method's frequencies (they were computed six times); a learned method's are recomputed on every call."""
+    import posenc.pe.appliers as appliers
+    from posenc.compute import prepare_rotary
+    from posenc.schemas.compute import RotaryRequest
+
+    calls: list[str] = []
+    real = appliers.rotary_frequencies
+
+    def counting(spec: Any, params: Any, ctx: Any) -> Any:
+        calls.append(spec.name)
+        return real(spec, params, ctx)
+
+    monkeypatch.setattr(appliers, "rotary_frequencies", counting)
+    shape = [1, 2, 16, 128]  # 64 pairs: the M-RoPE and N-d defaults' sections fit
+    given = {"factor": 4.0, "original_max_position_embeddings": 8, "max_position_embeddings": 32, "alpha": 2.0,
+             "train_length": 8, "short_factor": [1.0] * 64, "long_factor": [2.0] * 64}  # fmt: skip
+    counted: dict[str, int] = {}
+    for spec in list_methods():
+        if spec.kind is not Kind.ROTARY or spec.learned:
+            continue
+        required = {name: given[name] for name, field in spec.params_model.model_fields.items() if field.is_required()}
+        for grid in (None, [4, 4], [2, 2, 4]):  # one axis, or the grid a multi-axis method rotates over
+            body = {"method": spec.name, "params": required, "grid": grid,
+                    "q": {"random": {"shape": shape}}, "k": {"random": {"shape": shape}}}  # fmt: skip
+            calls.clear()
+            try:
+                prepare_rotary(RotaryRequest.model_validate(body)).run()
+            except InvalidInput:
+                continue  # the wrong number of axes for this method
+            counted[spec.name] = len(calls)
+            break
+    assert set(counted) == {s.name for s in list_methods() if s.kind is Kind.ROTARY and not s.learned}
+    assert all(count == 1 for count in counted.values()), counted
