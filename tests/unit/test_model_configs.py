@@ -866,6 +866,19 @@ def test_converting_a_rope_dict_the_resolver_never_read_refuses_a_malformed_one_
     assert raised.value.loc == ("text_config", "rope_parameters", "sliding_attention")
 
 
+@pytest.mark.parametrize("to", ["v4", "v5"])
+def test_converting_a_rope_dict_whose_unread_rope_type_is_no_string_names_it(to: str) -> None:
+    """Found by the config fuzzer: a rope type that is a list, in a dict the resolver never reads, was looked up
+    in the spellings table while converting (unhashable: a 500)."""
+    llama = {key: value for key, value in PRESETS["llama-3.1-8b"].items() if key not in ("rope_scaling", "rope_theta")}
+    unread = {"rope_type": [], "factor": 8.0}
+    config = {**llama, "rope_parameters": {"full_attention": {"rope_type": "default"}, "sliding_attention": unread}}
+    assert len(resolve_config(config).layers) == 32
+    with pytest.raises(InvalidInput) as raised:
+        convert_config(config, to)
+    assert raised.value.loc == ("rope_parameters", "sliding_attention", "rope_type")
+
+
 def test_a_hunyuan_config_s_dynamic_rope_with_alpha_is_static_ntk_alpha_as_transformers_computes_it() -> None:
     """HunYuan's checkpoints say rope_type "dynamic" with an alpha: transformers gives it its own static type
     (ntk_alpha, base·α^(d/(d−2))), so a KV cache holds no stale keys; without the alpha it is dynamic NTK."""

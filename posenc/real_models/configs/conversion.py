@@ -35,6 +35,9 @@ def _canonical_rope(block: Any, loc: Loc) -> dict[str, Any]:
         raise InvalidInput(loc, f"must be an object (a rope dict), got {type(block).__name__}")
     converted = {key: value for key, value in block.items() if key != "type"}
     rope_type = block.get("rope_type", block.get("type", "default"))
+    if not isinstance(rope_type, str):
+        key = "rope_type" if "rope_type" in block else "type"
+        raise InvalidInput((*loc, key), f"must be a string (a rope type), got {type(rope_type).__name__}")
     converted["rope_type"] = HF_ROPE_TYPES.get(rope_type, rope_type)
     return converted
 

@@ -56,7 +56,7 @@ def test_tasks_list(call: Call) -> None:
     by_task = {info.task: info for info in listed.tasks}
     assert (by_task["copy_single"].unit, by_task["copy_single"].train_field) == ("items", "data.size")
     assert (by_task["probes"].unit, by_task["probes"].eval_field) == ("tokens", "eval.lengths")
-    assert {suite.name for suite in listed.suites} == {"quick", "standard", "paper"}
+    assert {suite.name for suite in listed.suites} == {"quick", "standard", "paper", "leaderboard"}
 
 
 # --------------------------------------------------------------------------------------------------- bias
