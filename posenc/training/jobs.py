@@ -15,8 +15,9 @@ Kinds
                  effective length); ``table.csv``, ``table.json`` and the plots.
 
 Every result says what its sizes are (``result["data"]``, the family's ``describe``: unit, training size,
-sizes, tokens per size) and, per run, its in-distribution scores and ``learned`` (the headline metric at the
-training size at least 0.9; None for perplexity). ``not_learned`` lists the runs that did not learn ("rope seed
+sizes, tokens per size) and, per run, its in-distribution scores and ``learned``: with ``train.until``, whether
+the run reached its threshold before the cap; without, the family's rule (the headline metric at the training
+size at least 0.9; None for perplexity and the probes). ``not_learned`` lists the runs that did not learn ("rope seed
 2"); where learning is per probe (the probes) every probe a run did not learn ("rope seed 1: passkey"), also as
 ``not_learned_probes`` (``{"method", "seed", "probe"}``), per run in ``runs``, and in each table row's
 ``learned``. ``score_series`` is ``plot.png``'s data (``posenc.training.report.series_json``).
@@ -35,7 +36,7 @@ from __future__ import annotations
 import fcntl
 import math
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +204,14 @@ def _train(
     return outcome.model, record
 
 
+def _learned(family: Family, scores: Mapping[str, float | None], record: Mapping[str, Any]) -> bool | None:
+    """Whether a run learned its training sizes: with ``train.until``, whether it reached the threshold before the
+    cap (its held-out checks are the learned rule); without, its family's rule on the final scores."""
+    if "until" in record:
+        return bool(record["until"]["reached"])
+    return family.learned(scores)
+
+
 def _evaluate(
     model: Model,
     data: PreparedData,
@@ -262,7 +271,7 @@ def run_unit(
         **record,
         "cells": cells,
         "in_distribution": scores,
-        "learned": trainer.family.learned(scores),
+        "learned": _learned(trainer.family, scores, record),
     }
     write_json_atomic(done_file, result)
     return result
@@ -655,7 +664,7 @@ def _run_train(
             {
                 **record,
                 "in_distribution": scores,
-                "learned": family.learned(scores),
+                "learned": _learned(family, scores, record),
                 "model": f"{stem}.safetensors",
                 "loss_curve": subsample_curve(curves[str(seed)], RUN_CURVE_POINTS),
             }

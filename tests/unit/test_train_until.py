@@ -202,6 +202,38 @@ def test_a_benchmark_records_and_tables_the_steps_needed(tmp_path: Path) -> None
     assert all(row["steps_needed"] is None for row in result["table"])
 
 
+def test_a_run_learned_when_it_reached_until_where_the_family_has_no_rule(tmp_path: Path) -> None:
+    """Text has no rule of having learned (``learned`` None); with ``until`` the threshold is the rule: a run that
+    reached it learned, one that hit the cap did not, whatever its final scores."""
+
+    def text(score: float) -> JobSpec:
+        return JobSpec.model_validate(
+            {
+                "methods": [{"method": "rope"}],
+                "data": {"corpus": "stdlib"},
+                "model": {"layers": 1, "dim": 32, "heads": 2},
+                "train": {
+                    "length": 16,
+                    "steps": 4,
+                    "batch_size": 4,
+                    "until": {"score": score, "every": 2, "samples": 4},
+                },
+                "eval": {"lengths": [16], "max_tokens": 256},
+                "device": "cpu",
+            }
+        )
+
+    results = {
+        score: run_job("benchmark", text(score), job_dir=tmp_path / str(score), artifact_root=tmp_path, hooks=NoHooks())
+        for score in (1e9, 1.0)  # any perplexity is at most 1e9; none is at most 1
+    }
+    [easy], [hard] = results[1e9]["runs"], results[1.0]["runs"]
+    assert (easy["steps_needed"], easy["learned"]) == (2, True)
+    assert (hard["steps_needed"], hard["learned"]) == (None, False)
+    assert results[1.0]["not_learned"] == ["rope seed 0"]
+    assert family_of(text(1.0)).learned(hard["in_distribution"]) is None  # the family's rule alone says nothing
+
+
 @pytest.mark.parametrize(
     ("spec", "loc"),
     [
