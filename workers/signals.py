@@ -11,10 +11,13 @@ imported state, with no CUDA context to inherit. Thread counts are set in each c
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from celery.concurrency import prefork
@@ -107,6 +110,46 @@ def _log_preload(**_: Any) -> None:
         logger.info("%s", line)
 
 
+# A job's process also costs time before its task starts: the previous job's process ending on this worker, the
+# pool reaping it and forking this one, and this child's set-up. The job estimates count it in the per-process
+# overhead the workers measure (``workers.tasks._record_overhead``): each job's process marks when its attempt
+# ended, in a file named after the worker parent, and the next fork counts from that mark. A mark older than
+# ``REPLACEMENT_MAX_S`` at the fork is stale (the previous process was killed before it wrote one) and not counted.
+REPLACEMENT_MAX_S = 2.0
+_before_task_s = 0.0  # this child's share of that time: the gap since the last mark, and its own set-up
+_marked = False  # one job per process: its end is marked once
+
+
+def _ended_mark() -> Path:
+    return Path(tempfile.gettempdir()) / f"posenc-worker-{os.getppid()}.ended"
+
+
+def mark_attempt_ended() -> None:
+    """In a job's process, as its attempt ends (the first call; later ones keep it): the worker's next fork
+    counts its start-up from now."""
+    global _marked
+    if _marked:
+        return
+    _marked = True
+    with contextlib.suppress(OSError):  # advisory, like the estimates it feeds
+        _ended_mark().write_text(repr(time.monotonic()))
+
+
+def time_before_task() -> float:
+    """Seconds this job's process spent before its task: the replacement since the previous job's process ended
+    on this worker (when that one marked its end) and this child's set-up."""
+    return _before_task_s
+
+
+def _replacement_gap(forked: float) -> float:
+    try:
+        ended = float(_ended_mark().read_text())
+    except (OSError, ValueError):
+        return 0.0
+    gap = forked - ended
+    return gap if 0.0 <= gap <= REPLACEMENT_MAX_S else 0.0
+
+
 def _set_up_child(**_: Any) -> None:
     """In the child, before any job: thread count, then torch and the training code (already there when the
     parent preloaded them; imported here, while idle, when it did not).
@@ -114,6 +157,8 @@ def _set_up_child(**_: Any) -> None:
     No global seeding: each job seeds its own generators from its spec, so a run is reproducible regardless
     of what ran before in this process.
     """
+    global _before_task_s
+    forked = time.monotonic()
     threads = torch_threads_per_child()
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for what this child starts; torch is told below
     os.environ["MKL_NUM_THREADS"] = str(threads)
@@ -124,6 +169,7 @@ def _set_up_child(**_: Any) -> None:
     from posenc.pe import compiled
 
     compiled.configure(enabled=get_settings().compile_kernels)
+    _before_task_s = _replacement_gap(forked) + (time.monotonic() - forked)
     if cuda_initialized():  # a fresh fork sees the parent's state: the parent touched CUDA
         logger.error("process %d: CUDA was initialised in the worker parent; GPU jobs here will fail", os.getpid())
 

@@ -40,7 +40,7 @@ from posenc.training.hooks import JobCancelled, Progress
 from workers.app import app
 from workers.names import PRIORITY_HIGH, PRIORITY_LOW, RUN_JOB
 from workers.publish import publish_job
-from workers.signals import torch_threads_per_child
+from workers.signals import mark_attempt_ended, time_before_task, torch_threads_per_child
 
 logger = logging.getLogger(__name__)
 
@@ -161,12 +161,18 @@ Outcome = tuple[Status, dict[str, Any]]  # a terminal status and the rest of its
 
 @app.task(name=RUN_JOB, bind=True, autoretry_for=(RedisError,), retry_backoff=True, max_retries=5)  # type: ignore[untyped-decorator]
 def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
+    try:
+        return _run_job_task(self, job_id, began=time.monotonic())
+    finally:
+        mark_attempt_ended()  # where the attempt did not mark it already (not claimed, parked, failed early)
+
+
+def _run_job_task(self: Task, job_id: str, *, began: float) -> dict[str, Any]:
     settings = get_settings()
     store = store_from_settings(settings)
     if settings.test_pause_before_claim_s:  # test-only: makes "taken, not claimed yet" a moment a test can hit
         time.sleep(settings.test_pause_before_claim_s)
     claim = _claim(store, job_id, self.request.hostname or "worker", settings)
-    claimed = time.monotonic()  # the job's started_at: what its measured time counts from
     if claim.outcome != "claimed":
         logger.info("job %s: not run (%s %s)", job_id, claim.outcome, claim.status or "")
         _run_ended(store, job_id, settings)  # a run that ended without running here may be its benchmark's last
@@ -183,7 +189,7 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
             claim.fence,
             settings,
             lambda hooks: _run_child(store, job, job_dir, hooks, settings),
-            claimed=claimed,
+            began=began,
         )
         _run_ended(store, job_id, settings)
         return outcome
@@ -199,7 +205,7 @@ def run_job_task(self: Task, job_id: str) -> dict[str, Any]:
         settings,
         lambda hooks: _run(job.kind, job.spec, job_dir, artifact_root, hooks, settings, rates=(store, job.queue)),
         job_dir=job_dir,
-        claimed=claimed,
+        began=began,
     )
 
 
@@ -211,12 +217,13 @@ def _attempt(
     run: Callable[[AttemptHooks], Outcome],
     *,
     job_dir: Path | None = None,
-    claimed: float | None = None,
+    began: float | None = None,
 ) -> dict[str, Any]:
     """One claimed attempt: ``run`` under a lease keeper, then the job's one terminal write (refused if a newer
-    attempt owns the job). ``job_dir``: where the artifacts to list are (none without). ``claimed``: the
-    monotonic time of the claim; a fresh attempt whose run measured its own time (``hooks.inside_seconds``)
-    folds the rest, claim to terminal write, into its queue's measured overhead per process."""
+    attempt owns the job). ``job_dir``: where the artifacts to list are (none without). ``began``: the monotonic
+    time the task began in this process; a fresh attempt whose run measured its own time (``hooks.inside_seconds``)
+    folds the rest (the process's start-up, ``workers.signals.time_before_task``, the claim, the result and the
+    terminal write) into its queue's measured overhead per process."""
     keeper = LeaseKeeper(store, job.id, fence, settings.job_lease_ttl_s)
     hooks = AttemptHooks(store, job.id, fence, keeper, settings.job_progress_interval_s)
     keeper.start()
@@ -233,8 +240,10 @@ def _attempt(
     if not written:
         logger.warning("job %s: a newer attempt owns the job; outcome %s discarded", job.id, status)
         return {"job_id": job.id, "outcome": "superseded"}
-    if status == "succeeded" and claimed is not None and hooks.inside_seconds is not None:
-        _record_overhead(store, job.queue, time.monotonic() - claimed - hooks.inside_seconds)
+    if status == "succeeded" and began is not None and hooks.inside_seconds is not None:
+        outside = time_before_task() + time.monotonic() - began - hooks.inside_seconds
+        _record_overhead(store, job.queue, outside)
+    mark_attempt_ended()
     return {"job_id": job.id, "outcome": status}
 
 
@@ -316,9 +325,10 @@ def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, h
 
 
 def _record_overhead(store: JobStore, queue: str, seconds: float) -> None:
-    """Fold one attempt's time outside its measured work (claim, imports on first use, result and terminal
-    writes) into the moving average of ``queue``'s seconds per process (``posenc.job_estimates.overhead_key``),
-    which new jobs' estimates count once per process in place of the default."""
+    """Fold one attempt's time outside its measured work (its process's start-up, the claim, imports on first
+    use, result and terminal writes) into the moving average of ``queue``'s seconds per process
+    (``posenc.job_estimates.overhead_key``), which new jobs' estimates count once per process in place of the
+    default."""
     from posenc.job_estimates import overhead_key
 
     try:
