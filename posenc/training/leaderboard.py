@@ -41,7 +41,9 @@ from posenc.tasks.suites import SUITES, suite_specs
 RULE = (
     "score: mean ± std over the seeds that learned of the headline metric past the training length; learned: seeds "
     "that learned / seeds run; steps: median steps to learn (cap: none learned within the cap); rank: MRR over "
-    "(task, seed) among the learned runs of the methods that learned every task some method learned"
+    "(task, seed) among the learned runs of the methods that learned every task some method learned; †: the value "
+    "flips with the seed (some seeds learned and some did not, or the learned seeds' scores spread over a fifth of "
+    "the scale): more seeds are needed before it is quoted"
 )
 
 
@@ -109,6 +111,26 @@ def past_training_scores(result: Mapping[str, Any]) -> dict[tuple[str, int], flo
     return {key: statistics.fmean(scores) for key, scores in values.items()}
 
 
+# A cell's value flips with the seed when its seeds disagree on whether the method learned, or when the scores of
+# the seeds that learned spread over more than this: a fifth of an accuracy's range, a fifth of a perplexity.
+FLIP_SPREAD = 0.2
+
+
+def seed_dependence(learned: int, run: int, values: Sequence[float], higher_is_better: bool) -> list[str]:
+    """Why a cell's value would flip with the seed (empty: it holds over its seeds): some seeds learned and others
+    did not, or the learned seeds' scores spread more than ``FLIP_SPREAD`` (absolute for accuracies, relative to
+    the lowest for perplexities). Such a cell needs more seeds than the suite's three before it is quoted."""
+    reasons = []
+    if 0 < learned < run:
+        reasons.append(f"learned on {learned} of {run} seeds")
+    if len(values) >= 2:
+        low, high = min(values), max(values)
+        spread = high - low if higher_is_better else (high - low) / low if low > 0 else math.inf
+        if round(spread, 9) > FLIP_SPREAD:  # 0.8 - 0.6 is 0.2 and a rounding error
+            reasons.append(f"scores {low:.3g} to {high:.3g}")
+    return reasons
+
+
 def _cell(
     runs: Sequence[Mapping[str, Any]], scores: Mapping[tuple[str, int], float], cap: int | None, higher: bool
 ) -> dict[str, Any]:
@@ -126,6 +148,7 @@ def _cell(
         "steps_needed": statistics.median(steps) if steps else None,
         "cap": cap,
         "diagnosis": diagnosis,
+        "seed_dependent": seed_dependence(len(learned), len(runs), values, higher),
     }
 
 
@@ -207,10 +230,11 @@ def _number(value: float | None) -> str:
 
 def format_cell(cell: Mapping[str, Any] | None) -> str:
     """``score ± std (learned/run, steps; verdicts)``: the cell as the docs' table shows it (the verdicts of the
-    seeds that did not learn, :func:`diagnose_run`)."""
+    seeds that did not learn, :func:`diagnose_run`); a † after the score marks a cell whose value flips with the
+    seed (:func:`seed_dependence`)."""
     if cell is None:
         return "–"
-    score = _number(cell["score"])
+    score = _number(cell["score"]) + ("†" if cell.get("seed_dependent") else "")
     if cell["std"] is not None:
         score += f" ± {_number(cell['std'])}"
     steps = "cap" if cell["steps_needed"] is None else f"{cell['steps_needed']:g} steps"

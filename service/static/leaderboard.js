@@ -1,7 +1,8 @@
 // posenc page: a finished leaderboard suite's table (result.leaderboard, posenc.training.leaderboard): per method
 // its overall rank (MRR over learned runs of the methods that learned every task) and per task its score past the
 // training length (mean ± std over the seeds that learned), the seeds that learned of those run, and the median
-// steps to learn ("cap": never within the cap) with the verdicts of the seeds that did not learn. Click a column's header to sort by it; again to reverse.
+// steps to learn ("cap": never within the cap) with the verdicts of the seeds that did not learn; a † after a score
+// marks a value that flips with the seed. Click a column's header to sort by it; again to reverse.
 import { el, fmt } from "./common.js";
 
 // The table's columns: [header, value to sort by, text to show]. Missing values sort last either way.
@@ -18,7 +19,8 @@ export function leaderboardColumns(board) {
       [`${task.task} ${task.metric} ${arrow}`, (row) => cell(row)?.score ?? null, (row) => {
         const c = cell(row);
         if (!c || c.score === null) return "–";
-        return c.std === null ? fmt(c.score) : `${fmt(c.score)} ± ${fmt(c.std)}`;
+        const mark = c.seed_dependent?.length ? "†" : "";  // the value flips with the seed
+        return c.std === null ? `${fmt(c.score)}${mark}` : `${fmt(c.score)}${mark} ± ${fmt(c.std)}`;
       }],
       [`${task.task} learned`, (row) => (cell(row) ? cell(row).seeds_learned / cell(row).seeds_run : null),
         (row) => (cell(row) ? `${cell(row).seeds_learned}/${cell(row).seeds_run}` : "–")],

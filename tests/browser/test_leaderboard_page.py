@@ -56,8 +56,8 @@ def _column(page: Any, index: int) -> list[str]:
 
 
 def _score(text: str) -> float:
-    """A score cell's mean (before "±"); a cell without one sorts last."""
-    return math.inf if text == "–" else float(text.split("±")[0])
+    """A score cell's mean (before "±" and a "†"); a cell without one sorts last."""
+    return math.inf if text == "–" else float(text.split("±")[0].strip().rstrip("†"))
 
 
 def test_the_leaderboard_table_sorts_by_the_clicked_column(
@@ -98,6 +98,7 @@ def test_the_leaderboard_table_sorts_by_the_clicked_column(
     assert set(_column(page, 1)) == set(cells)
     for name, shown in zip(_column(page, 1), _column(page, 3), strict=True):
         assert _score(shown) == pytest.approx(cells[name]["score"], abs=0.006)  # the row moved whole
+        assert ("†" in shown) == bool(cells[name]["seed_dependent"])  # a value that flips with the seed is marked
     score.click()
     assert [_score(text) for text in _column(page, 3)] == sorted((_score(t) for t in _column(page, 3)), reverse=True)
     # the never-learned task: no score, "cap" for the steps with each seed's verdict

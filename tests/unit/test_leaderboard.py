@@ -23,6 +23,7 @@ from posenc.training.leaderboard import (
     leaderboard_markdown,
     leaderboard_table,
     run_learned,
+    seed_dependence,
     suite_results,
 )
 
@@ -132,7 +133,8 @@ def test_a_cell_resting_on_one_seed_says_so_and_has_no_std(results: list[dict[st
     cell = {row["method"]: row for row in leaderboard_table(results)["rows"]}["b"]["cells"]["copy"]
     assert cell["score"] == pytest.approx(0.9)  # seeds 1 and 2 hit the cap: not averaged in
     assert (cell["seeds_learned"], cell["seeds_run"], cell["std"], cell["steps_needed"]) == (1, 3, None, 900)
-    assert format_cell(cell) == "0.9 (1/3, 900 steps; unchecked ×2)"  # the hand-built runs have no checks
+    assert format_cell(cell) == "0.9† (1/3, 900 steps; unchecked ×2)"  # the hand-built runs have no checks
+    assert cell["seed_dependent"] == ["learned on 1 of 3 seeds"]
 
 
 def test_a_method_that_never_learned_a_task_is_unrated_and_its_cell_says_cap(results: list[dict[str, Any]]) -> None:
@@ -159,6 +161,17 @@ def test_the_rank_is_mrr_over_learned_runs_of_the_rated_methods(results: list[di
     # the suite's own MRR counts every run, learned or not: b's unlearned copy seeds count against it there
     plain = {entry["method"]: entry["mrr"] for entry in mean_reciprocal_rank(results)}
     assert plain["b"] < rows["b"]["mrr"]
+
+
+def test_a_cell_whose_value_flips_with_the_seed_is_marked(results: list[dict[str, Any]]) -> None:
+    rows = {row["method"]: row for row in leaderboard_table(results)["rows"]}
+    assert rows["a"]["cells"]["copy"]["seed_dependent"] == []  # 0.6 to 0.8: a fifth of the range, not more
+    assert rows["c"]["cells"]["stdlib"]["seed_dependent"] == []  # none learned: no seed disagrees
+    assert seed_dependence(3, 3, [0.38, 0.28, 0.0], True) == ["scores 0 to 0.38"]  # two lucky seeds
+    assert seed_dependence(2, 3, [0.5, 0.5], True) == ["learned on 2 of 3 seeds"]
+    assert seed_dependence(3, 3, [5.0, 5.9], False) == []  # a perplexity 18 % apart
+    assert seed_dependence(3, 3, [5.0, 6.1], False) == ["scores 5 to 6.1"]
+    assert format_cell(rows["a"]["cells"]["copy"]).startswith("0.7 ± 0.1 (")
 
 
 def test_a_run_without_until_follows_its_family_rule() -> None:
@@ -211,7 +224,7 @@ def test_the_cells_diagnosis_names_the_seeds_that_did_not_learn() -> None:
     result["runs"][1].update(_checked([0.0, 0.0, 0.0]))
     cell = leaderboard_table([result])["rows"][0]["cells"]["copy"]
     assert cell["diagnosis"] == [{"seed": 1, "verdict": "flat"}]
-    assert format_cell(cell) == "0.5 (1/2, 100 steps; flat ×1)"
+    assert format_cell(cell) == "0.5† (1/2, 100 steps; flat ×1)"
 
 
 def test_a_task_no_method_learned_is_left_out_of_the_rank(results: list[dict[str, Any]]) -> None:
