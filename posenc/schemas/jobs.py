@@ -301,6 +301,11 @@ class TrainSpec(_Strict):
         default=None,
         description="stop once learned (checked every until.every steps on held-out data); train.steps is the cap",
     )
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        default="auto",
+        description="auto: bf16 autocast with TF32 matmuls on CUDA, float32 on the CPU; bf16: bf16 autocast on "
+        "either device; fp32: float32 everywhere",
+    )
 
 
 class EvalSpec(_Strict):

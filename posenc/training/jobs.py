@@ -188,6 +188,7 @@ def _train(
         "tokens_per_s": outcome.tokens_per_s,
         "train_seconds": outcome.seconds,
         "parameters": count_parameters(outcome.model),
+        "precision": outcome.precision,
         "losses": outcome.losses,
     }
     if until is not None:
@@ -455,6 +456,7 @@ def run_summaries(family: Family, records: list[dict[str, Any]]) -> list[dict[st
         {key: record[key] for key in keys}
         | {key: record[key] for key in until_keys if "until" in record}
         | {"loss_curve": record.get("loss_curve", [])}
+        | {key: record[key] for key in ("precision",) if key in record}  # runs recorded before it existed have none
         for record in records
     ]
 

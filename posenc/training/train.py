@@ -15,6 +15,12 @@ grad; the caller's ``check`` draws the same examples at each check, from a gener
 stream is untouched) and the run stops at the first check that reaches the threshold. The checks so far and the
 step it stopped at are part of the checkpoint, so a run killed between two checks resumes and stops at the same
 step with the same weights, and a run restarted after it stopped trains no further.
+
+Precision (``train.precision``, :func:`resolve_precision`): ``fp32``, or ``bf16`` autocast around the forward
+pass and the loss (the weights, their gradients and the optimizer stay float32); ``auto`` is bf16 with TF32
+matmuls on CUDA and float32 on the CPU. The losses stay on the device and are read every ``LOSS_READ_EVERY``
+steps (and before every checkpoint, check and the end), so a GPU step does not wait on the host; the progress
+hook gets the last loss read.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +48,17 @@ ADAM_BETAS = (0.9, 0.99)  # nanoGPT's shakespeare_char setting for small char-le
 GRAD_CLIP = 1.0
 DATA_SEED_OFFSET = 0x5EED  # the batch stream is seeded apart from the weight draw
 GLOBAL_SEED_OFFSET = 0x610BA1  # torch's global generator, apart from both
+LOSS_READ_EVERY = 32  # steps between reads of the losses from the device: one host sync per read
+Precision = Literal["bf16", "fp32"]
+
+
+def resolve_precision(precision: str, device: torch.device) -> Precision:
+    """What ``train.precision`` means on ``device``: ``auto`` is bf16 on CUDA and float32 elsewhere."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    if precision not in ("bf16", "fp32"):
+        raise ValueError(f"unknown precision {precision!r}")
+    return "bf16" if precision == "bf16" else "fp32"
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,7 @@ class TrainOutcome:
     tokens_per_s: float | None  # input tokens per second over those steps
     steps_needed: int | None = None  # with ``until``: the step it reached the threshold at; None: hit the cap
     checks: list[list[float | None]] | None = None  # with ``until``: [step, held-out value] of every check
+    precision: Precision = "fp32"  # what train.precision resolved to on the run's device
 
     @property
     def final_loss(self) -> float:
@@ -143,11 +161,15 @@ def atomic_torch_save(state: dict[str, Any], path: Path) -> None:
     write_atomic(path, lambda temporary: torch.save(state, temporary))
 
 
-def _fingerprint(config: AnyConfig, seed: int, spec: TrainSpec) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed (a different run's state is never picked up)."""
+def _fingerprint(config: AnyConfig, seed: int, spec: TrainSpec, precision: Precision) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed (a different run's state is never picked up): the precision
+    as resolved on the device, so an ``auto`` run resumed on another device kind starts over."""
     train = spec.model_dump()
     if spec.until is None:
         del train["until"]  # a run without train.until matches the checkpoints written before it existed
+    del train["precision"]
+    if precision != "fp32":  # float32 runs match the checkpoints written before the option existed
+        train["precision"] = precision
     return {"config": config.to_json(), "seed": seed, "train": train}
 
 
@@ -181,6 +203,10 @@ def train(
     scope = scope if scope is not None else ProgressScope()
     total = scope.total if scope.total is not None else spec.steps
     target = torch.device(device)
+    precision = resolve_precision(spec.precision, target)
+    if target.type == "cuda" and precision == "bf16":  # what bf16 leaves in float32 runs on TF32 tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
     model = build_model(config, seed)
     if initial_state is not None:
@@ -196,7 +222,7 @@ def train(
     checks: list[list[float | None]] = []
     stopped: int | None = None  # the step a reached ``until`` stopped the run at
     start_step = 0
-    fingerprint = _fingerprint(config, seed, spec) | {"from_weights": initial_state is not None}
+    fingerprint = _fingerprint(config, seed, spec, precision) | {"from_weights": initial_state is not None}
     checkpoint = checkpoint_dir / CHECKPOINT_NAME if checkpoint_dir is not None else None
 
     if checkpoint is not None and checkpoint.is_file():
@@ -212,9 +238,17 @@ def train(
             checks = [list(check) for check in state.get("checks", [])]
             stopped = state.get("stopped")
 
+    pending: list[torch.Tensor] = []  # the losses of the steps since the last read, still on the device
+
+    def read_losses() -> None:
+        if pending:
+            losses.extend(torch.stack(pending).tolist())
+            pending.clear()
+
     def save(step: int) -> None:
         if checkpoint is None:
             return
+        read_losses()
         atomic_torch_save(
             {
                 "fingerprint": fingerprint,
@@ -235,6 +269,7 @@ def train(
         """Whether the check after step ``done`` (if one is due) reaches the threshold; records it."""
         if until is None or done % until.every != 0:
             return False
+        read_losses()
         model.eval()
         with torch.no_grad():
             value, reached = until.check(model)
@@ -256,22 +291,27 @@ def train(
             loss_mask=None if batch.loss_mask is None else batch.loss_mask.to(target),
             tokens=batch.tokens,
         )
-        loss = sequence_loss(model(batch.inputs), batch)
+        with torch.autocast(target.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = sequence_loss(model(batch.inputs), batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
         scheduler.step()
-        losses.append(float(loss.item()))
+        pending.append(loss.detach().float())
         tokens += batch.tokens if batch.tokens is not None else batch.inputs.numel()
         done = step + 1
+        if done % LOSS_READ_EVERY == 0:
+            read_losses()
         if held_out(done):
             stopped = done
         if done % spec.checkpoint_every == 0 or done == spec.steps or stopped is not None:
             save(done)
-        hooks.progress(Progress(step=scope.offset + done, total=total, loss=losses[-1], stage=scope.stage))
+        last = losses[-1] if losses else None
+        hooks.progress(Progress(step=scope.offset + done, total=total, loss=last, stage=scope.stage))
         if stopped is not None:
             break
+    read_losses()
     seconds = time.perf_counter() - began
     steps_run = len(losses) - start_step
     model.eval()
@@ -283,4 +323,5 @@ def train(
         tokens_per_s=tokens / seconds if steps_run and seconds > 0 else None,
         steps_needed=stopped,
         checks=checks if until is not None else None,
+        precision=precision,
     )

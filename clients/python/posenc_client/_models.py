@@ -1898,6 +1898,10 @@ class TrainSpec(BaseModel):
     training sequence length L
     """
     lr: Annotated[float, Field(gt=0.0, le=1.0, title="Lr")] = 0.002
+    precision: Annotated[Literal["auto", "bf16", "fp32"], Field(title="Precision")] = "auto"
+    """
+    auto: bf16 autocast with TF32 matmuls on CUDA, float32 on the CPU; bf16: bf16 autocast on either device; fp32: float32 everywhere
+    """
     steps: Annotated[int, Field(ge=1, le=10000000, title="Steps")] = 1000
     until: UntilSpec | None = None
     """
