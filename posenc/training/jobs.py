@@ -189,6 +189,8 @@ def _train(
         "train_seconds": outcome.seconds,
         "parameters": count_parameters(outcome.model),
         "precision": outcome.precision,
+        "flops_per_token": outcome.flops_per_token,
+        "mfu": outcome.mfu,
         "losses": outcome.losses,
     }
     if until is not None:
@@ -456,7 +458,7 @@ def run_summaries(family: Family, records: list[dict[str, Any]]) -> list[dict[st
         {key: record[key] for key in keys}
         | {key: record[key] for key in until_keys if "until" in record}
         | {"loss_curve": record.get("loss_curve", [])}
-        | {key: record[key] for key in ("precision",) if key in record}  # runs recorded before it existed have none
+        | {key: record[key] for key in ("precision", "flops_per_token", "mfu") if key in record}  # (newer records)
         for record in records
     ]
 

@@ -40,6 +40,7 @@ from posenc.schemas.jobs import TrainSpec
 from posenc.training.graph_task import GraphModelConfig, GraphTransformer
 from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
 from posenc.training.model import ModelConfig, TinyTransformer
+from posenc.training.throughput import device_peak, flops_per_token, mfu
 from posenc.training.vit import VisionTransformer, ViTConfig
 
 CHECKPOINT_NAME = "train_state.pt"
@@ -121,6 +122,8 @@ class TrainOutcome:
     steps_needed: int | None = None  # with ``until``: the step it reached the threshold at; None: hit the cap
     checks: list[list[float | None]] | None = None  # with ``until``: [step, held-out value] of every check
     precision: Precision = "fp32"  # what train.precision resolved to on the run's device
+    flops_per_token: float | None = None  # training FLOPs per token (``posenc.training.throughput``)
+    mfu: float | None = None  # model FLOPs utilisation over those steps; None: no steps, or the peak is unknown
 
     @property
     def final_loss(self) -> float:
@@ -278,7 +281,7 @@ def train(
         return reached
 
     model.train()
-    tokens = 0
+    tokens = examples = 0
     began = time.perf_counter()
     end = stopped if stopped is not None else spec.steps  # a run that already stopped trains no further
     for step in range(start_step, end):
@@ -300,6 +303,7 @@ def train(
         scheduler.step()
         pending.append(loss.detach().float())
         tokens += batch.tokens if batch.tokens is not None else batch.inputs.numel()
+        examples += batch.inputs.shape[0]
         done = step + 1
         if done % LOSS_READ_EVERY == 0:
             read_losses()
@@ -315,13 +319,20 @@ def train(
     seconds = time.perf_counter() - began
     steps_run = len(losses) - start_step
     model.eval()
+    tokens_per_s = tokens / seconds if steps_run and seconds > 0 else None
+    flops = flops_per_token(model, config.layers, config.dim, tokens / examples) if examples else None
+    utilisation = None
+    if flops is not None and tokens_per_s is not None:
+        utilisation = mfu(flops, tokens_per_s, device_peak(target, precision))
     return TrainOutcome(
         model=model,
         losses=losses,
         steps_run=steps_run,
         seconds=seconds,
-        tokens_per_s=tokens / seconds if steps_run and seconds > 0 else None,
+        tokens_per_s=tokens_per_s,
         steps_needed=stopped,
         checks=checks if until is not None else None,
         precision=precision,
+        flops_per_token=flops,
+        mfu=utilisation,
     )
