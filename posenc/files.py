@@ -9,6 +9,7 @@ new one, never half of one. A write that fails leaves no temporary behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,19 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, value: Any) -> None:
     """JSON with ``allow_nan=False``: a non-finite number is a bug here, not a file to write."""
     write_bytes_atomic(path, json.dumps(value, indent=1, allow_nan=False).encode())
+
+
+def spell_non_finite(value: Any) -> Any:
+    """``value`` with every non-finite float spelled ``"nan"``, ``"inf"`` or ``"-inf"`` (as tensors are on the
+    wire), in nested dicts, lists and tuples: what a measured number that may diverge (a training loss) is
+    written as in a JSON result."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {key: spell_non_finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [spell_non_finite(item) for item in value]
+    return value
 
 
 def read_json(path: Path) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from posenc.compute.common import (
 )
 from posenc.compute.dispatch import prepare
 from posenc.errors import BudgetExceeded, FieldErrors, InvalidInput
-from posenc.files import write_atomic, write_json_atomic
+from posenc.files import spell_non_finite, write_atomic, write_json_atomic
 from posenc.schemas.jobs import ComputeJobSpec
 from posenc.tensors import dtype_name
 
@@ -103,8 +102,8 @@ def run_compute_job(spec: ComputeJobSpec, *, job_dir: Path, max_bytes: int | Non
 
 def _jsonable(value: Any) -> Any:
     """Meta for a JSON job result: non-finite floats spelled "nan", "inf", "-inf" like tensors on the wire."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, float):
+        return spell_non_finite(value)
     if isinstance(value, dict):
         return {str(key): _jsonable(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -133,6 +133,8 @@ def kerple_power_learned_init(params: KerplePowerParams, ctx: BiasContext) -> di
 _CONVENTIONS = {
     "distance": "|i - j| in both directions (causal: the reference's tril(i - j) under the mask)",
     "init": "seeded from the reference code, floored at 0.01; supplied values are used as given",
+    "training": "r1 and r2 are clamped into their ranges (at least 0.01; the power's r2 at most 2) after every "
+    "optimizer step, the reference's clamp of .data before each forward",
     "scale_placement": "added after the 1/sqrt(d) scaling",
 }
 
@@ -145,6 +147,7 @@ _CONVENTIONS = {
     learned=True,
     toeplitz=True,
     learned_init=kerple_log_learned_init,
+    learned_bounds={"r1": (REFERENCE_FLOOR, None), "r2": (REFERENCE_FLOOR, None)},
     conventions={**_CONVENTIONS, "parameterisation": "paper r1, r2 (reference bias_p = r1, bias_a = r2)"},
 )
 def kerple_log(params: KerpleLogParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:
@@ -169,6 +172,7 @@ def kerple_log(params: KerpleLogParams, q_pos: torch.Tensor, k_pos: torch.Tensor
     learned=True,
     toeplitz=True,
     learned_init=kerple_power_learned_init,
+    learned_bounds={"r1": (REFERENCE_FLOOR, None), "r2": (REFERENCE_FLOOR, 2.0)},
     conventions={**_CONVENTIONS, "parameterisation": "paper r1, r2 (reference bias_a = r1, bias_p = r2)"},
 )
 def kerple_power(params: KerplePowerParams, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: BiasContext) -> torch.Tensor:

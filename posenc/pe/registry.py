@@ -64,6 +64,11 @@ class MethodSpec:
     # Training turns these into nn.Parameters and passes them back through params.model_copy(update=...);
     # ``posenc.tensors.to_torch`` lets a torch tensor through unchanged, so the method stays differentiable.
     learned_init: Callable[..., dict[str, Any]] | None = None
+    # Learned methods whose reference keeps a learned param in a range (KERPLE clamps r1, r2 on every forward):
+    # {params field name: (low, high)}, None for an open side. A trainer clamps the parameter into it after
+    # every optimizer step, which gives the reference's sequence of values (its clamp of ``.data`` before each
+    # use), so an update never leaves the range the formula is defined on.
+    learned_bounds: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     # How many coordinates a position has (2 for 2D grids, 3 for video): the 1D sequence models take axes == 1.
     # 0: the positions are node ids of a graph (or the features of a table), with no order or coordinates.
     axes: int = 1
@@ -226,6 +231,7 @@ def register(
     toeplitz: bool = False,
     conventions: dict[str, str] | None = None,
     learned_init: Callable[..., dict[str, Any]] | None = None,
+    learned_bounds: dict[str, tuple[float | None, float | None]] | None = None,
     axes: int = 1,
     per_layer: bool = False,
     needs: frozenset[str] = frozenset(),
@@ -274,6 +280,8 @@ def register(
         if set(config_spellings) & set(taken):
             clash = sorted(set(config_spellings) & set(taken))[0]
             raise ValueError(f"{name}: config spelling {clash!r} already names {taken[clash]!r}")
+        if learned_bounds and (not learned or set(learned_bounds) - set(params.model_fields)):
+            raise ValueError(f"{name}: learned_bounds name learned params of the method")
         if not pairings or set(pairings) - {"half", "interleaved"}:
             raise ValueError(f"{name}: pairings are some of 'half' and 'interleaved', got {pairings}")
         if config_composes is not None and (config_extends is None or config_composes not in params.model_fields):
@@ -304,6 +312,7 @@ def register(
             toeplitz=toeplitz,
             conventions=stated,
             learned_init=learned_init,
+            learned_bounds=dict(learned_bounds or {}),
             axes=axes,
             per_layer=per_layer,
             needs=needs,

@@ -44,7 +44,7 @@ from typing import Any
 
 from posenc.errors import InvalidInput
 from posenc.extension import BASE_LABEL, arms, finetune_job_spec, regime
-from posenc.files import read_json, write_bytes_atomic, write_json_atomic
+from posenc.files import read_json, spell_non_finite, write_bytes_atomic, write_json_atomic
 from posenc.jobspec import validate_spec
 from posenc.pe import get_method
 from posenc.schemas.jobs import JobKind, JobSpec, MethodRef
@@ -204,7 +204,8 @@ def _train(
             "reached": needed is not None,
             "checks": outcome.checks,
         }
-    return outcome.model, record
+    # a diverged run's losses (and checks) are not finite: spelled, so that its record is written and read back
+    return outcome.model, spell_non_finite(record)
 
 
 def _learned(family: Family, scores: Mapping[str, float | None], record: Mapping[str, Any]) -> bool | None:
@@ -388,7 +389,7 @@ def _run_arm(
             "steps": tuned.train.steps,
             "length": tuned.train.length,
             "lr": tuned.train.lr,
-            "final_loss": outcome.final_loss,
+            "final_loss": spell_non_finite(outcome.final_loss),
             "train_seconds": outcome.seconds,
             "tokens_per_s": outcome.tokens_per_s,
         }

@@ -147,6 +147,13 @@ class PositionalEncoding(nn.Module):
             self._applier = built
         return built[1]
 
+    @torch.no_grad()
+    def keep_in_bounds(self) -> None:
+        """Clamp each learned parameter into its method's ``learned_bounds`` (in place; after an optimizer step)."""
+        for name, (low, high) in self.spec.learned_bounds.items():
+            if name in self.learned:
+                self.learned[name].clamp_(min=low, max=high)
+
     def _current_params(self) -> MethodParams:
         """The params with the learned tensors in (a list-valued one put back together as its list)."""
         if not self.learned:
@@ -356,6 +363,13 @@ class TinyTransformer(nn.Module):
             x, state = block(x, block_pe(block, shared), state)
         logits: torch.Tensor = self.head(self.final_norm(x))  # (B, T, V)
         return logits
+
+
+def keep_learned_in_bounds(model: nn.Module) -> None:
+    """Every position encoding of ``model`` clamps its learned parameters into their methods' bounds."""
+    for module in model.modules():
+        if isinstance(module, PositionalEncoding) and module.spec.learned_bounds:
+            module.keep_in_bounds()
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -39,7 +39,7 @@ from posenc.files import write_atomic
 from posenc.schemas.jobs import TrainSpec
 from posenc.training.graph_task import GraphModelConfig, GraphTransformer
 from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
-from posenc.training.model import ModelConfig, TinyTransformer
+from posenc.training.model import ModelConfig, TinyTransformer, keep_learned_in_bounds
 from posenc.training.throughput import device_peak, flops_per_token, mfu
 from posenc.training.vit import VisionTransformer, ViTConfig
 
@@ -300,6 +300,7 @@ def train(
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
+        keep_learned_in_bounds(model)  # the reference's clamps (KERPLE's r1, r2), see MethodSpec.learned_bounds
         scheduler.step()
         pending.append(loss.detach().float())
         tokens += batch.tokens if batch.tokens is not None else batch.inputs.numel()
