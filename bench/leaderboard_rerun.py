@@ -9,11 +9,16 @@ the training length.
 
     .venv/bin/python bench/leaderboard_rerun.py sandwich copy_single --lr 7e-4 2e-3 6e-3 --seeds 0 1 2
     .venv/bin/python bench/leaderboard_rerun.py nope copy --lr 6e-3 --steps 2700
+    .venv/bin/python bench/leaderboard_rerun.py kerple_log copy --seeds 0 1 2 --json kerple_log-copy.json
+
+``--json PATH`` writes the benchmark result of the (last) learning rate, the form a suite's task result has, so
+that its runs can take the place of the same method's runs in a finished suite's task result.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +51,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, nargs="+", default=[2e-3])
     parser.add_argument("--steps", type=int, help="another cap (the schedule's length changes with it)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--json", type=Path, help="write the benchmark result here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     base = task_spec(args.method, args.task)
@@ -56,6 +62,8 @@ def main() -> None:
             began = time.perf_counter()
             result = run_job("benchmark", spec, job_dir=Path(root) / "job", artifact_root=Path(root), hooks=NoHooks())
             seconds = time.perf_counter() - began
+        if args.json:
+            args.json.write_text(json.dumps(result))
         scores = past_training_scores(result)
         higher = bool(result["data"]["higher_is_better"])
         for run in result["runs"]:
