@@ -365,11 +365,10 @@ class TinyTransformer(nn.Module):
         return logits
 
 
-def keep_learned_in_bounds(model: nn.Module) -> None:
-    """Every position encoding of ``model`` clamps its learned parameters into their methods' bounds."""
-    for module in model.modules():
-        if isinstance(module, PositionalEncoding) and module.spec.learned_bounds:
-            module.keep_in_bounds()
+def bounded_encodings(model: nn.Module) -> list[PositionalEncoding]:
+    """The position encodings of ``model`` whose methods keep learned parameters in bounds (what a trainer
+    clamps after every step, ``PositionalEncoding.keep_in_bounds``)."""
+    return [m for m in model.modules() if isinstance(m, PositionalEncoding) and m.spec.learned_bounds]
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -39,7 +39,7 @@ from posenc.files import write_atomic
 from posenc.schemas.jobs import TrainSpec
 from posenc.training.graph_task import GraphModelConfig, GraphTransformer
 from posenc.training.hooks import JobCancelled, JobHooks, NoHooks, Progress
-from posenc.training.model import ModelConfig, TinyTransformer, keep_learned_in_bounds
+from posenc.training.model import ModelConfig, TinyTransformer, bounded_encodings
 from posenc.training.throughput import device_peak, flops_per_token, mfu
 from posenc.training.vit import VisionTransformer, ViTConfig
 
@@ -281,6 +281,7 @@ def train(
         return reached
 
     model.train()
+    bounded = bounded_encodings(model)
     tokens = examples = 0
     began = time.perf_counter()
     end = stopped if stopped is not None else spec.steps  # a run that already stopped trains no further
@@ -300,7 +301,8 @@ def train(
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
-        keep_learned_in_bounds(model)  # the reference's clamps (KERPLE's r1, r2), see MethodSpec.learned_bounds
+        for encoding in bounded:  # the reference's clamps (KERPLE's r1, r2), see MethodSpec.learned_bounds
+            encoding.keep_in_bounds()
         scheduler.step()
         pending.append(loss.detach().float())
         tokens += batch.tokens if batch.tokens is not None else batch.inputs.numel()
