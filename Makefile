@@ -41,9 +41,11 @@ run: $(STAMP)
 # The suite's files run in parallel (pytest-xdist, one file per process at a time): most integration tests wait on
 # worker processes and HTTP, so two processes on 2 cores take about a third of the serial time. (Three processes
 # were slower on 2 cores and broke the timing bounds of tests/integration/test_request_bounds.py.)
+# Tests marked `alone` time what they run against an estimate; they run after the rest, with nothing beside them.
 TEST_PROCESSES ?= auto
 test: $(STAMP)
-	$(BIN)/pytest -n $(TEST_PROCESSES) --maxprocesses=4 --dist loadfile --durations=25
+	$(BIN)/pytest -n $(TEST_PROCESSES) --maxprocesses=4 --dist loadfile --durations=25 -m "not alone"
+	$(BIN)/pytest -m alone --durations=5
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -389,7 +389,7 @@ def estimate_seconds(groups: Iterable[RunGroup], queue: str, speeds: Mapping[str
         if overhead is not None and overhead > 0:
             total += overhead * features.pop("process", 0.0)
         total += speed * seconds_of(features)
-    return round(total, 1)
+    return round(total, 2)  # hundredths: a job of a tenth of a second is still read to a tenth of itself
 
 
 def measured_speed(create: JobCreate, seconds: float) -> tuple[str, str, float] | None:
