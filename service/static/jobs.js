@@ -7,14 +7,14 @@ import { drawLosses, renderResult } from "./results.js";
 // (measured by tests/browser/test_jobs.py, which holds the stated time and the learned flag). Edit the JSON to
 // make them bigger.
 export const TEMPLATES = {
-  "Train: RoPE on copy_single (about 2.5 s)": { seconds: 2.5, body: { kind: "train", spec: {
+  "Train: RoPE on copy_single (about 1 s)": { seconds: 1, body: { kind: "train", spec: {
     methods: [{ method: "rope" }], data: { task: "copy_single", size: 4 }, model: { layers: 1, dim: 32, heads: 2 },
     train: { steps: 300, batch_size: 16, warmup_steps: 5, checkpoint_every: 100 } } } },
-  "Extrapolate: RoPE on copy_single, 2 seeds (about 4 s)": { seconds: 4, body: { kind: "extrapolate", spec: {
+  "Extrapolate: RoPE on copy_single, 2 seeds (about 2 s)": { seconds: 2, body: { kind: "extrapolate", spec: {
     methods: [{ method: "rope" }], data: { task: "copy_single", size: 4 }, model: { layers: 1, dim: 32, heads: 2 },
     train: { steps: 300, batch_size: 16, warmup_steps: 5 }, eval: { sizes: [2, 4, 6, 8], samples: 20 },
     seeds: [0, 1] } } },
-  "Benchmark: RoPE, ALiBi, NoPE on copy_single, 2 seeds (about 16 s)": { seconds: 16, body: { kind: "benchmark", spec: {
+  "Benchmark: RoPE, ALiBi, NoPE on copy_single, 2 seeds (about 6 s)": { seconds: 6, body: { kind: "benchmark", spec: {
     methods: [{ method: "rope" }, { method: "alibi" }, { method: "nope" }], data: { task: "copy_single", size: 4 },
     model: { layers: 2, dim: 32, heads: 2 }, train: { steps: 250, batch_size: 16, lr: 0.005, warmup_steps: 5 },
     eval: { sizes: [2, 4, 6, 8], samples: 20 }, seeds: [0, 1] } } },
