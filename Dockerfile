@@ -16,6 +16,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     POSENC_ARTIFACT_DIR=/var/lib/posenc/artifacts \
     PYTORCH_NVML_BASED_CUDA_CHECK=1
 
+# A C++ compiler for torch.compile: Inductor builds its CPU kernels with it and Triton its GPU launchers
+# (train.compile, the gateway's one-pass rotary kernel); without one both run eagerly.
+RUN apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*
 RUN pip install --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"
 
 WORKDIR /app
@@ -27,7 +30,7 @@ COPY workers ./workers
 RUN pip install . "flower==2.2.0"
 
 RUN useradd --create-home --uid 10001 posenc \
-    && mkdir -p /var/lib/posenc/artifacts \
+    && mkdir -p /var/lib/posenc/artifacts /var/lib/posenc/compile-cache \
     && chown -R posenc:posenc /var/lib/posenc
 USER posenc
 

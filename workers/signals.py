@@ -102,6 +102,15 @@ def preload_in_parent(**_: Any) -> None:
     )
 
 
+def share_compile_cache(**_: Any) -> None:
+    """``worker_init``, first: Inductor's and Triton's on-disk caches in the state directory, unless the
+    environment names others. Every worker of the machine, and every restart, then shares them, so a job model
+    (``train.compile``) is compiled once per machine and shape and loaded from the cache after that."""
+    root = get_settings().state_dir / "compile-cache"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+
+
 _preload_report: list[str] = []  # logged once the worker's logging is set up (worker_init comes before it)
 
 
@@ -253,6 +262,7 @@ def _recover_on_start(sender: Any = None, **_: Any) -> None:
         logger.exception("recovery sweep at start failed")
 
 
+worker_init.connect(share_compile_cache, weak=False)
 worker_init.connect(use_prompt_replacement_pool, weak=False)
 worker_init.connect(preload_in_parent, weak=False)
 worker_process_init.connect(_set_up_child, weak=False)

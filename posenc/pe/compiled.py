@@ -94,6 +94,7 @@ def rotate(
 def _eligible(x: torch.Tensor, cos: torch.Tensor) -> bool:
     return (
         _enabled
+        and not torch.compiler.is_compiling()  # inside a compiled model: Inductor fuses the eager formula itself
         and x.device.type == "cpu"  # the kernel is the CPU's: a CUDA call failed its guards at 35x the eager cost
         and cos.device.type == "cpu"
         and x.dtype == torch.float32

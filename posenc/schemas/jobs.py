@@ -306,6 +306,12 @@ class TrainSpec(_Strict):
         description="auto: bf16 autocast with TF32 matmuls on CUDA, float32 on the CPU; bf16: bf16 autocast on "
         "either device; fp32: float32 everywhere",
     )
+    compile: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="torch.compile the model's training step (Inductor; its caches in the state directory, shared "
+        "by every worker of the machine): auto: on CUDA only (on the CPU a first compile costs 10-60 s, more than "
+        "most CPU runs); on; off: eager. A compile that fails falls back to eager and the run's record says why",
+    )
 
 
 class EvalSpec(_Strict):

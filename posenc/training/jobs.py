@@ -191,6 +191,7 @@ def _train(
         "precision": outcome.precision,
         "flops_per_token": outcome.flops_per_token,
         "mfu": outcome.mfu,
+        "compile": None if outcome.compile is None else outcome.compile.to_json(),
         "losses": outcome.losses,
     }
     if until is not None:
@@ -459,7 +460,7 @@ def run_summaries(family: Family, records: list[dict[str, Any]]) -> list[dict[st
         {key: record[key] for key in keys}
         | {key: record[key] for key in until_keys if "until" in record}
         | {"loss_curve": record.get("loss_curve", [])}
-        | {key: record[key] for key in ("precision", "flops_per_token", "mfu") if key in record}  # (newer records)
+        | {key: record[key] for key in ("precision", "flops_per_token", "mfu", "compile") if key in record}  # (newer)
         for record in records
     ]
 

@@ -21,6 +21,15 @@ pass and the loss (the weights, their gradients and the optimizer stay float32);
 matmuls on CUDA and float32 on the CPU. The losses stay on the device and are read every ``LOSS_READ_EVERY``
 steps (and before every checkpoint, check and the end), so a GPU step does not wait on the host; the progress
 hook gets the last loss read.
+
+Compiling (``train.compile``, :func:`resolve_compile`): ``auto`` is on for CUDA only. The model's forward is
+wrapped in ``torch.compile`` (Inductor, default mode); the first step traces and compiles it (or loads it from
+Inductor's on-disk cache: the worker points ``TORCHINDUCTOR_CACHE_DIR`` at the state directory, so every worker of
+the machine shares it). Before that first step one eager forward in eval mode, without gradients and drawing
+nothing at random, fills the encodings' per-length caches, so that Dynamo traces the cached path in one graph
+instead of the cache-filling code (host reads of position bounds, graph breaks). A compile that raises (no C++
+compiler, an operator Dynamo cannot trace) is reported and the step is redone eagerly, and so is the rest of the
+run: ``CompileReport`` says what happened, with Inductor's graph-cache hits and misses during the run.
 """
 
 from __future__ import annotations
@@ -51,6 +60,44 @@ DATA_SEED_OFFSET = 0x5EED  # the batch stream is seeded apart from the weight dr
 GLOBAL_SEED_OFFSET = 0x610BA1  # torch's global generator, apart from both
 LOSS_READ_EVERY = 32  # steps between reads of the losses from the device: one host sync per read
 Precision = Literal["bf16", "fp32"]
+
+
+def resolve_compile(option: str, device: torch.device) -> bool:
+    """What ``train.compile`` means on ``device``: ``auto`` compiles on CUDA only."""
+    if option == "auto":
+        return device.type == "cuda"
+    if option not in ("on", "off"):
+        raise ValueError(f"unknown compile option {option!r}")
+    return option == "on"
+
+
+@dataclass
+class CompileReport:
+    """How a run's training step ran: compiled or eager, and what the compile cost."""
+
+    requested: str  # train.compile as given
+    compiled: bool  # whether the steps ran compiled (False: eager, asked for or fallen back to)
+    error: str | None = None  # why a compile that was asked for fell back to eager
+    first_step_s: float | None = None  # the first compiled step: tracing, compiling or loading from the cache
+    cache_hits: int = 0  # Inductor FX graphs loaded from its on-disk cache during the run
+    cache_misses: int = 0  # graphs compiled afresh
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "compiled": self.compiled,
+            "error": self.error,
+            "first_step_s": self.first_step_s,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+        }
+
+
+def _graph_cache_counts() -> tuple[int, int]:
+    """Inductor's FX graph cache (hits, misses) in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
 
 
 def resolve_precision(precision: str, device: torch.device) -> Precision:
@@ -124,6 +171,7 @@ class TrainOutcome:
     precision: Precision = "fp32"  # what train.precision resolved to on the run's device
     flops_per_token: float | None = None  # training FLOPs per token (``posenc.training.throughput``)
     mfu: float | None = None  # model FLOPs utilisation over those steps; None: no steps, or the peak is unknown
+    compile: CompileReport | None = None  # how the steps ran (None: no steps ran)
 
     @property
     def final_loss(self) -> float:
@@ -171,6 +219,7 @@ def _fingerprint(config: AnyConfig, seed: int, spec: TrainSpec, precision: Preci
     if spec.until is None:
         del train["until"]  # a run without train.until matches the checkpoints written before it existed
     del train["precision"]
+    train.pop("compile", None)  # compiled or eager, the same run: a checkpoint of one resumes the other
     if precision != "fp32":  # float32 runs match the checkpoints written before the option existed
         train["precision"] = precision
     return {"config": config.to_json(), "seed": seed, "train": train}
@@ -282,6 +331,37 @@ def train(
 
     model.train()
     bounded = bounded_encodings(model)
+    report = CompileReport(requested=spec.compile, compiled=resolve_compile(spec.compile, target))
+    forward: Callable[[torch.Tensor], torch.Tensor] = model
+    if report.compiled:
+        forward = torch.compile(model)
+    hits_before, misses_before = _graph_cache_counts()
+
+    def step_loss(batch: Batch) -> torch.Tensor:
+        """The batch's loss, its gradients computed (and the old ones dropped)."""
+        with torch.autocast(target.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = sequence_loss(forward(batch.inputs), batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        return loss
+
+    def compiled_step_loss(batch: Batch, first: bool) -> torch.Tensor:
+        from torch._dynamo.exc import TorchDynamoException
+
+        nonlocal forward
+        started = time.perf_counter()
+        if first:
+            _fill_caches(model, batch, target, precision)
+        try:
+            loss = step_loss(batch)
+        except TorchDynamoException as exc:  # the compile failed: eager from here on
+            report.compiled, report.error = False, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+            forward = model
+            loss = step_loss(batch)
+        if first:
+            report.first_step_s = time.perf_counter() - started
+        return loss
+
     tokens = examples = 0
     began = time.perf_counter()
     end = stopped if stopped is not None else spec.steps  # a run that already stopped trains no further
@@ -295,10 +375,7 @@ def train(
             loss_mask=None if batch.loss_mask is None else batch.loss_mask.to(target),
             tokens=batch.tokens,
         )
-        with torch.autocast(target.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = sequence_loss(model(batch.inputs), batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
+        loss = compiled_step_loss(batch, step == start_step) if report.compiled else step_loss(batch)
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
         for encoding in bounded:  # the reference's clamps (KERPLE's r1, r2), see MethodSpec.learned_bounds
@@ -320,6 +397,8 @@ def train(
             break
     read_losses()
     seconds = time.perf_counter() - began
+    hits, misses = _graph_cache_counts()
+    report.cache_hits, report.cache_misses = hits - hits_before, misses - misses_before
     steps_run = len(losses) - start_step
     model.eval()
     tokens_per_s = tokens / seconds if steps_run and seconds > 0 else None
@@ -338,4 +417,16 @@ def train(
         precision=precision,
         flops_per_token=flops,
         mfu=utilisation,
+        compile=report if steps_run else None,
     )
+
+
+def _fill_caches(model: Model, batch: Batch, device: torch.device, precision: Precision) -> None:
+    """One eager forward of ``batch`` in eval mode without gradients, before the first compiled step: it fills
+    the encodings' per-length caches (tables, masks) so that Dynamo traces the cached path. Eval mode draws
+    nothing at random (a method's training-time draws, CAPE's shifts, are skipped), so the run's random stream
+    is the same compiled or not."""
+    model.eval()
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        model(batch.inputs)
+    model.train()

@@ -1893,6 +1893,10 @@ class TrainSpec(BaseModel):
     """
     steps between checkpoints (resume point)
     """
+    compile: Annotated[Literal["auto", "on", "off"], Field(title="Compile")] = "auto"
+    """
+    torch.compile the model's training step (Inductor; its caches in the state directory, shared by every worker of the machine): auto: on CUDA only (on the CPU a first compile costs 10-60 s, more than most CPU runs); on; off: eager. A compile that fails falls back to eager and the run's record says why
+    """
     length: Annotated[int, Field(ge=2, le=65536, title="Length")] = 128
     """
     training sequence length L
