@@ -19,7 +19,7 @@ from posenc.jobstore import JobStore
 pytestmark = pytest.mark.integration
 
 CHECKPOINT_EVERY = 5
-STEPS = 150  # a run: about half a second of training on one core
+STEPS = 400  # a run: about a second of training on one core (at 150 the runs could end between two polls)
 
 
 def benchmark(
