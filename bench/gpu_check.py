@@ -12,7 +12,10 @@ minutes on a GPU, and its elapsed time is printed):
             within 5% of the same spec and seed run in this process on the CPU
     flex    FlexAttention forward, and forward + backward, against the materialised-bias SDPA path for every
             bias and score_mod method with a score_mod form, (4, 8, 1024, 64), each method compiled afresh
-            (outputs and gradients must agree; the CPU has the forward only, noted as such)
+            (outputs and gradients must agree; the CPU has the forward only, noted as such), and per method the
+            attention path table's choice (``posenc.pe.paths``) against the fastest of the dense-mask SDPA,
+            FlexAttention and materialised paths, fwd+bwd: "CHANGE IT" in a row's note when another path is
+            more than 1.1x faster
     rotary  the rotary apply on q and k (1, 32, 4096, 128), float32 and bfloat16, against cloning them (on
             CUDA also with posenc's compiled kernels switched off)
     bias    ALiBi's dense (8, 4096, 4096) bias against cloning the same bytes

@@ -54,6 +54,7 @@ from train_throughput import (
 from posenc import pe, runtime
 from posenc.pe import compiled
 from posenc.pe.appliers import Applier, BiasApplier, Layer, build_applier, future_mask, positions
+from posenc.pe.paths import path_choice
 from posenc.pe.types import LayerInputs
 from posenc.schemas.jobs import JobSpec, TrainSpec
 from posenc.schemas.methods import Kind
@@ -654,7 +655,40 @@ def flex_rows(check: Check, spec: pe.MethodSpec) -> list[Row]:
     rows.append(
         Row(f"flex fwd+bwd {spec.name}", train_s * 1e3, "ms", baseline_name, dense_train_s * 1e3, ok=grad_agree)
     )
+
+    def materialised_train() -> object:
+        pos = positions(length, device)
+        out = applier.attend(*leaves, q_pos=pos, k_pos=pos, mask=future_mask(pos, pos), x=x).output
+        assert out is not None
+        return torch.autograd.grad(out, leaves, upstream)
+
+    skipped = check.over_budget(f"path table {spec.name}")
+    if skipped is not None:
+        return [*rows, skipped]
+    materialised_s, dense_again_s = timed_pair(check, materialised_train, dense_train)
+    rows.append(
+        path_table_row(spec, length, flex_s=train_s / dense_train_s, materialised_s=materialised_s / dense_again_s)
+    )
     return rows
+
+
+def path_table_row(spec: pe.MethodSpec, length: int, *, flex_s: float, materialised_s: float) -> Row:
+    """The path table's choice for this method at this length on CUDA against the fastest of the three paths
+    timed (fwd+bwd, each relative to the dense-mask path timed beside it): a ratio over 1.1 means the table
+    (``posenc.pe.paths``) should change."""
+    relative = {"sdpa_mask": 1.0, "flex": flex_s, "materialised": materialised_s}
+    chosen, evidence = path_choice(spec.kind, "cuda", length, span=False, additive=not spec.value_term)
+    fastest = min(relative, key=relative.__getitem__)
+    times = ", ".join(f"{path} {value:.2f}" for path, value in relative.items())
+    verdict = "holds" if relative[chosen] <= 1.1 * relative[fastest] else f"CHANGE IT: {fastest} is faster"
+    return Row(
+        f"path table {spec.name} (T={length})",
+        relative[chosen],
+        "x",
+        f"fastest: {fastest}",
+        relative[fastest],
+        note=f"table: {chosen} ({verdict}); fwd+bwd relative to sdpa_mask: {times}; the row's evidence: {evidence}",
+    )
 
 
 # ----------------------------------------------------------------------------------------------- rotary

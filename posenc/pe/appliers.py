@@ -12,11 +12,11 @@ through these hooks, in this order, and never looks at the kind itself:
     attend(...)                all of the above, then the output Σ_j a_ij (v_j + value_table[i, j]) plus the
                                leftover mass times the query's own value (stick-breaking)
 
-``fast_attend`` is the training model's entry: absolute, rotary and bias methods go through
-``torch.nn.functional.scaled_dot_product_attention`` (a bias as its additive mask); on CUDA, bias and score_mod
-methods go through ``torch.nn.attention.flex_attention`` (``flex_attend``: the method's score term as its
-score_mod, causality as its block mask); content methods on the CPU through the materialised ``attend`` (this
-torch's FlexAttention has no backward on the CPU). Every path gives the same output (tested).
+``fast_attend`` (and ``span_attend`` for windows and chunks) is the training model's entry: each layer takes the
+path ``training_path`` reads off the measured table in ``posenc.pe.paths`` for its kind, device and length:
+``scaled_dot_product_attention`` plain or with the method's term as a dense mask, ``flex_attention``
+(``flex_attend``: the term as its score_mod, the layer's reach as its block mask), or the materialised ``attend``.
+Every path gives the same output (tested).
 
 Errors are reported relative to the method's own inputs, ``("params", "base")``, ``("q", "shape")``,
 ``("x",)``; each caller adds its prefix (``body`` in the gateway, ``spec.methods[i]`` in jobs).
@@ -48,6 +48,7 @@ from posenc.pe.kinds import (
     xpos_scale,
 )
 from posenc.pe.ops import Pairing
+from posenc.pe.paths import AttentionPath, attention_path
 from posenc.pe.registry import MethodParams, MethodSpec
 from posenc.pe.types import (
     AbsoluteContext,
@@ -303,6 +304,16 @@ class Applier:
             output = output + attention.leftover[..., None] * _own_values(v, q_pos, k_pos).to(weights.dtype)
         return Attended(weights, fully_masked, output, attention.leftover, state)
 
+    def training_path(self, length: int, device: torch.device) -> AttentionPath:
+        """The path this layer's training attention takes at T = ``length`` on ``device`` (``layer_attend`` at
+        positions arange(T)): the measured table's (``posenc.pe.paths``); a model-coupled method's layers
+        (their state read from the weights) are materialised."""
+        if self.spec.state_init is not None:
+            return "materialised"
+        kind = self.spec.kind
+        span = self.layer.limited_span
+        return attention_path(kind, device.type, length, span=span, additive=not self.spec.value_term)
+
     def fast_attend(
         self,
         q: torch.Tensor,
@@ -456,7 +467,7 @@ class Applier:
         score_mod = self.score_term(q, k, pos, x)
         if score_mod is NO_FLEX_FORM:
             return None
-        block_mask = _causal_block_mask(length, device, create_block_mask)
+        block_mask = _block_mask(self.layer, length, device, create_block_mask)
         if device.type == "cuda":
             with warnings.catch_warnings():
                 # Dynamo reads .grad of the captured term while tracing a score_mod whose term requires grad
@@ -470,6 +481,13 @@ class Applier:
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             eager: torch.Tensor = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
         return eager
+
+    def _flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor | None) -> torch.Tensor:
+        """``flex_attend`` where the table chose it (the table never chooses it for a method without a form)."""
+        out = self.flex_attend(q, k, v, x=x)
+        if out is None:
+            raise AssertionError(f"{self.spec.name}: FlexAttention chosen for a method without a score_mod form")
+        return out
 
     # ---- what learned_init gets
     def init_context(self, length: int, grid: tuple[int, ...] | None = None) -> Any:
@@ -513,30 +531,26 @@ def _compiled_flex() -> Any:
     return torch.compile(flex_attention, dynamic=False)
 
 
-_BLOCK_MASKS: dict[tuple[int, str], Any] = {}
+_BLOCK_MASKS: dict[tuple[int, str, int | None, int | None], Any] = {}
 
 
-def _causal_block_mask(length: int, device: torch.device, create_block_mask: Any) -> Any:
-    """FlexAttention's block mask of causal self-attention, built once per (length, device)."""
-    key = (length, str(device))
+def _block_mask(layer: Layer, length: int, device: torch.device, create_block_mask: Any) -> Any:
+    """FlexAttention's block mask of a causal layer's reach (``span_mask``'s complement: the past, within the
+    window, within the chunk), built once per (length, device, window, chunk)."""
+    window, chunk = layer.window, layer.chunk
+    key = (length, str(device), window, chunk)
     if key not in _BLOCK_MASKS:
 
-        def causal(b: Any, h: Any, i: Any, j: Any) -> Any:
-            return i >= j
+        def reach(b: Any, h: Any, i: Any, j: Any) -> Any:
+            inside = i >= j
+            if window is not None:
+                inside = inside & (i - j < window)
+            if chunk is not None:
+                inside = inside & (i // chunk == j // chunk)
+            return inside
 
-        _BLOCK_MASKS[key] = create_block_mask(causal, None, None, length, length, device=device)
+        _BLOCK_MASKS[key] = create_block_mask(reach, None, None, length, length, device=device)
     return _BLOCK_MASKS[key]
-
-
-def flex_available(device: torch.device) -> bool:
-    """Whether FlexAttention trains on ``device`` in this torch: CUDA only (no CPU backward in torch 2.13)."""
-    if device.type != "cuda":
-        return False
-    try:
-        from torch.nn.attention import flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _sequence_length(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
@@ -640,6 +654,8 @@ class AbsoluteApplier(Applier):
     def span_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if self.training_path(q.shape[-2], q.device) == "flex":
+            return self._flex(q, k, v, x)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=~self._token_mask(q))  # True = attended
 
 
@@ -739,10 +755,8 @@ class BiasApplier(Applier):
             )
             return bias_dense(self.spec, self.params, causal, pos, pos).to(device)  # (H, T, T), −inf above
 
-        if flex_available(device):
-            out = self.flex_attend(q, k, v, x=x)
-            assert out is not None
-            return out
+        if self.training_path(length, device) == "flex":
+            return self._flex(q, k, v, x)
         # cached in q's dtype too, so a layer run in another dtype (autocast) does not cast (H, T, T) per call
         mask = self._cached(("causal_bias", length, str(device), q.dtype), lambda: build().to(q.dtype))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (H, T, T) broadcasts over B
@@ -758,6 +772,8 @@ class BiasApplier(Applier):
     def span_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if self.training_path(q.shape[-2], q.device) == "flex":
+            return self._flex(q, k, v, x)
         pos = positions(q.shape[-2], q.device)
         bias = self.bias(pos, pos).masked_fill(self._token_mask(q)[0], float("-inf"))  # (H, T, T)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
@@ -899,6 +915,8 @@ class RotaryApplier(Applier):
     def span_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if self.training_path(q.shape[-2], q.device) == "flex":
+            return self._flex(q, k, v, x)  # rotates q and k itself
         q, k = self.rotate_cached(q, k)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=~self._token_mask(q))  # True = attended
 
@@ -941,11 +959,35 @@ class ScoreModApplier(Applier):
     def fast_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if flex_available(q.device):
-            out = self.flex_attend(q, k, v, x=x)
-            if out is not None:
-                return out
+        path = self.training_path(q.shape[-2], q.device)
+        if path == "flex":
+            return self._flex(q, k, v, x)
+        if path == "sdpa_mask":
+            return self.dense_term_attend(q, k, v, x)
         return super().fast_attend(q, k, v, x=x)
+
+    def span_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        path = self.training_path(q.shape[-2], q.device)
+        if path == "flex":
+            return self._flex(q, k, v, x)
+        if path == "sdpa_mask":
+            return self.dense_term_attend(q, k, v, x)
+        return super().span_attend(q, k, v, x=x)
+
+    def dense_term_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Causal self-attention (B, H, T, d) at positions arange(T) through ``scaled_dot_product_attention``, the
+        method's logits less scale·q·kᵀ as its dense mask (B, H, T, T), −inf out of the layer's reach."""
+        pos = positions(q.shape[-2], q.device)
+        q, k = self.rotate(q, k, pos, pos)
+        mask = self._token_mask(q)  # (1, 1, T, T), True out of reach
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        terms = self.score_terms(LayerInputs(q=q, k=k, q_pos=pos, k_pos=pos, mask=mask, x=x), scale)
+        term = terms.logits - torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, T, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=term.masked_fill(mask, float("-inf")).to(q.dtype))
 
 
 class AttentionApplier(ScoreModApplier):

@@ -77,6 +77,9 @@ class MethodSpec:
     per_layer: bool = False
     # Inputs the method reads besides q and k: "x" (the layer input, for gates), "v" (the values), "graph".
     needs: frozenset[str] = frozenset()
+    # Content methods that also add a per-(i, j) term to the values (Shaw's a^V): no kernel that takes an additive
+    # score mask can run them, so their layers take the materialised path (posenc.pe.paths).
+    value_term: bool = False
     # Defined for causal attention only (the method's cumulative sums or memory run over past keys).
     causal_only: bool = False
     # Model-coupled methods (TAPE): the position state of the first layer, and its feed-forward update.
@@ -235,6 +238,7 @@ def register(
     axes: int = 1,
     per_layer: bool = False,
     needs: frozenset[str] = frozenset(),
+    value_term: bool = False,
     causal_only: bool = False,
     state_init: Callable[..., Any] | None = None,
     state_ffn: Callable[..., Any] | None = None,
@@ -271,6 +275,8 @@ def register(
             raise ValueError(f"{name}: unknown layer inputs {sorted(needs - LAYER_INPUTS)}")
         if (state_init is None) != (state_ffn is None):
             raise ValueError(f"{name}: a model-coupled method registers both state_init and state_ffn")
+        if value_term and kind is not Kind.SCORE_MOD:
+            raise ValueError(f"{name}: only content (score_mod) methods add a value term")
         if toeplitz and kind is not Kind.BIAS:
             raise ValueError(f"{name}: only bias methods can be Toeplitz")
         unknown_keys = set(config_keys) - set(params.model_fields)
@@ -313,6 +319,7 @@ def register(
             conventions=stated,
             learned_init=learned_init,
             learned_bounds=dict(learned_bounds or {}),
+            value_term=value_term,
             axes=axes,
             per_layer=per_layer,
             needs=needs,

@@ -119,6 +119,7 @@ def shaw_cost(params: ShawParams, extent: Extent) -> ParamCost:
     learned=True,
     learned_init=shaw_learned_init,
     per_layer=True,
+    value_term=True,
     conventions={
         "distance": "j − i (key minus query, as the paper and tensor2tensor), clipped to [−k, k]; row index "
         "clip(j − i, −k, k) + k",

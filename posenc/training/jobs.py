@@ -56,7 +56,7 @@ from posenc.training.files import load_model, save_model
 from posenc.training.findings import findings
 from posenc.training.hooks import JobCancelled, JobHooks, Progress
 from posenc.training.leaderboard import suite_results
-from posenc.training.model import count_parameters
+from posenc.training.model import attention_paths_of, count_parameters
 from posenc.training.report import (
     heatmap_png,
     leaderboard_png,
@@ -192,6 +192,7 @@ def _train(
         "flops_per_token": outcome.flops_per_token,
         "mfu": outcome.mfu,
         "compile": None if outcome.compile is None else outcome.compile.to_json(),
+        "attention_paths": attention_paths_of(outcome.model, device),
         "losses": outcome.losses,
     }
     if until is not None:
@@ -460,7 +461,11 @@ def run_summaries(family: Family, records: list[dict[str, Any]]) -> list[dict[st
         {key: record[key] for key in keys}
         | {key: record[key] for key in until_keys if "until" in record}
         | {"loss_curve": record.get("loss_curve", [])}
-        | {key: record[key] for key in ("precision", "flops_per_token", "mfu", "compile") if key in record}  # (newer)
+        | {
+            key: record[key]
+            for key in ("precision", "flops_per_token", "mfu", "compile", "attention_paths")
+            if key in record
+        }  # (newer)
         for record in records
     ]
 

@@ -364,6 +364,19 @@ class TinyTransformer(nn.Module):
         logits: torch.Tensor = self.head(self.final_norm(x))  # (B, T, V)
         return logits
 
+    def attention_paths(self, length: int, device: torch.device) -> list[str]:
+        """The attention path each layer takes at T = ``length`` on ``device`` (``posenc.pe.paths``)."""
+        shared = self.pe.applier()
+        return [block_pe(block, shared).training_path(length, device) for block in self.blocks]  # type: ignore[arg-type]
+
+
+def attention_paths_of(model: nn.Module, device: str) -> list[str] | None:
+    """Each layer's attention path at the model's training length on ``device``: the decoders' (the ViT and graph
+    models attend at explicit positions and record none)."""
+    if not isinstance(model, TinyTransformer):
+        return None
+    return model.attention_paths(model.config.train_length, torch.device(device))
+
 
 def bounded_encodings(model: nn.Module) -> list[PositionalEncoding]:
     """The position encodings of ``model`` whose methods keep learned parameters in bounds (what a trainer

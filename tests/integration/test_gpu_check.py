@@ -85,3 +85,22 @@ def test_without_cuda_it_refuses_at_once_in_one_line(tmp_path: Path) -> None:
     assert finished.stdout == ""
     assert not out.exists()
     assert elapsed < 10
+
+
+def test_the_path_table_row_flags_a_path_faster_than_the_table_s_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flex part's verdict on ``posenc.pe.paths``, from its timings relative to the dense-mask path (a CUDA
+    run's, which the CPU cannot make: no FlexAttention backward there)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    from gpu_check_parts import path_table_row
+
+    from posenc.pe import get_method
+
+    alibi = get_method("alibi")
+    holds = path_table_row(alibi, 1024, flex_s=3.9, materialised_s=1.6)  # the H100's ratios
+    assert (holds.ratio, holds.baseline_name) == (1.0, "fastest: sdpa_mask")
+    assert "table: sdpa_mask (holds)" in holds.note
+    beaten = path_table_row(alibi, 1024, flex_s=0.5, materialised_s=1.6)
+    assert beaten.ratio == pytest.approx(2.0)
+    assert "CHANGE IT: flex is faster" in beaten.note
+    shaw = path_table_row(get_method("shaw"), 1024, flex_s=2.0, materialised_s=1.05)
+    assert "table: materialised (holds)" in shaw.note

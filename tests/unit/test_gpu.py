@@ -104,3 +104,25 @@ def test_flex_attention_trains_like_the_materialised_path_on_cuda(name: str) -> 
     torch.testing.assert_close(flex, reference, rtol=2e-4, atol=2e-4)
     for got, expected in zip(flex_grads, reference_grads, strict=True):
         torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "length", "path"),
+    [("rope", 256, "sdpa_causal"), ("alibi", 256, "sdpa_mask"), ("fox", 256, "sdpa_mask"), ("alibi", 4160, "flex")],
+)
+def test_a_cuda_model_takes_the_path_table_s_choice_and_gives_the_cpu_output(
+    name: str, length: int, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posenc.training.model import ModelConfig, TinyTransformer, attention_paths_of
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # a bf16 run before may have set it
+
+    config = ModelConfig(vocab_size=32, layers=1, dim=32, heads=2, method=name, train_length=length)
+    model = TinyTransformer(config, 0)
+    ids = torch.randint(0, 32, (2, length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cpu = model(ids)
+        model.to(CUDA)
+        assert attention_paths_of(model, "cuda") == [path]
+        gpu = model(ids.to(CUDA)).cpu()
+    torch.testing.assert_close(gpu, cpu, rtol=2e-4, atol=2e-4)
