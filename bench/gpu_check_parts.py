@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import shutil
@@ -58,8 +59,17 @@ from posenc.pe.paths import path_choice
 from posenc.pe.types import LayerInputs
 from posenc.schemas.jobs import JobSpec, TrainSpec
 from posenc.schemas.methods import Kind
-from posenc.training.model import PositionalEncoding, TinyTransformer, count_parameters
-from posenc.training.train import Batch, make_optimizer, sequence_loss, train
+from posenc.training.model import PositionalEncoding, TinyTransformer, attention_paths_of, count_parameters
+from posenc.training.train import (
+    ADAM_BETAS,
+    GRAD_CLIP,
+    LOSS_READ_EVERY,
+    Batch,
+    lr_factor,
+    make_optimizer,
+    sequence_loss,
+    train,
+)
 from posenc.training.vit import VisionTransformer, ViTConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +111,9 @@ class Sizes:
     train_warmup: int
     vit: ViTSizes
     job: JobSizes
+    nanogpt: tuple[Shape, ...] = ()  # the sizes the job trainer is set against nanoGPT's configuration
+    nanogpt_steps: int = 20
+    nanogpt_warmup: int = 5
 
 
 FULL = Sizes(
@@ -113,6 +126,8 @@ FULL = Sizes(
     train_warmup=5,
     vit=ViTSizes(image=64, patch=8, layers=4, dim=256, heads=4, batch=128),
     job=JobSizes(layers=2, dim=64, heads=2, length=32, steps=60, batch=16, samples=32),
+    # 4 layers d=256 T=256, then GPT-2 small (12 layers, d=768, 12 heads, T=1024) at a batch one GPU holds
+    nanogpt=(Shape(layers=4, dim=256, heads=4, length=256, batch=64), Shape(12, 768, 12, 1024, 16)),
 )
 QUICK = Sizes(
     repeats=3,
@@ -124,6 +139,9 @@ QUICK = Sizes(
     train_warmup=2,
     vit=ViTSizes(image=16, patch=4, layers=1, dim=32, heads=2, batch=4),
     job=JobSizes(layers=1, dim=32, heads=2, length=32, steps=20, batch=8, samples=4),
+    nanogpt=(Shape(layers=1, dim=32, heads=2, length=32, batch=4),),
+    nanogpt_steps=4,
+    nanogpt_warmup=2,
 )
 
 
@@ -919,6 +937,171 @@ def part_vit(check: Check) -> list[Row]:
     return rows
 
 
+# --------------------------------------------------------------------------------------------- nanoGPT
+NANOGPT_METHODS = ("learned_absolute", "rope", "alibi", "t5", "fire", "xpos")
+NANOGPT_GOAL = 0.9
+
+
+class NanoGPTSteps:
+    """nanoGPT's train.py at a size, as the baseline: its GPT (learned absolute positions, ``MiniGPT``) under bf16
+    autocast, ``torch.compile``d, fused AdamW with decay on matrices only, the lr set every step, gradients
+    clipped at 1.0, the loss read only every ``LOSS_READ_EVERY`` steps (its log interval), flash SDPA (is_causal).
+    ``compile``: False on a quick CPU run, where a compile would take most of the check. Cycles through its
+    batches, so one compiled baseline serves every method."""
+
+    def __init__(self, check: Check, shape: Shape, batches: Sequence[Batch], spec: TrainSpec, *, compile: bool):
+        self.check, self.batches, self.spec = check, batches, spec
+        model = minimal_gpt(shape, "learned_absolute", check.device)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        plain = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": spec.weight_decay}, {"params": plain, "weight_decay": 0.0}]
+        fused = check.cuda  # fused AdamW, as nanoGPT takes it where the device has it
+        self.optimizer = torch.optim.AdamW(groups, lr=spec.lr, betas=ADAM_BETAS, fused=fused)
+        self.model: Any = torch.compile(model) if compile else model
+        self.name = f"nanoGPT (bf16, {'compiled' if compile else 'eager'}, {'fused ' if fused else ''}AdamW)"
+        self.done = 0
+        self.pending: list[torch.Tensor] = []
+
+    def step(self) -> float:
+        began = time.perf_counter()
+        batch = self.batches[self.done % len(self.batches)]
+        lr = self.spec.lr * lr_factor(self.done % self.spec.steps, self.spec.warmup_steps, self.spec.steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(self.check.device.type, dtype=torch.bfloat16):
+            logits = self.model(batch.inputs)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), batch.targets.view(-1))  # (B·T, V), (B·T,)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.pending.append(loss.detach())
+        self.done += 1
+        if self.done % LOSS_READ_EVERY == 0:
+            torch.stack(self.pending).tolist()
+            self.pending.clear()
+        self.check.sync()
+        return time.perf_counter() - began
+
+
+def part_nanogpt(check: Check) -> list[Row]:
+    """The job trainer (``train.precision`` and ``train.compile`` left at auto: bf16 and compiled on CUDA) for
+    rope, alibi, learned_absolute, t5, fire and xpos against nanoGPT's own configuration at the same size
+    (``NanoGPTSteps``), bracketed step by step as the train part does; goal >= 0.9x at every size."""
+    rows: list[Row] = []
+    quick_cpu = not check.cuda
+    for shape in check.sizes.nanogpt:
+        size = f"{shape.layers}L d={shape.dim} H={shape.heads} T={shape.length} B={shape.batch}"
+        steps, warmup = check.sizes.nanogpt_steps, check.sizes.nanogpt_warmup
+        cpu_batches = random_batches(shape, warmup + steps)
+        batches = [Batch(b.inputs.to(check.device), b.targets.to(check.device)) for b in cpu_batches]
+        precision = "bf16"  # what auto means on CUDA; on the CPU bf16 too, so the CPU run exercises the same code
+        compiled = "auto" if check.cuda else "off"
+        spec = TrainSpec(
+            length=shape.length, steps=len(batches), batch_size=shape.batch, precision=precision, compile=compiled
+        )
+        baseline: NanoGPTSteps | None = None
+        for method in NANOGPT_METHODS:
+            name = f"job trainer {method} vs nanoGPT ({size})"
+            skipped = check.over_budget(name)
+            if skipped is not None:
+                rows.append(skipped)
+                continue
+            if baseline is None:
+                baseline = NanoGPTSteps(check, shape, batches, spec, compile=not quick_cpu)
+            rows.extend(
+                guarded(check, name, functools.partial(nanogpt_row, check, name, method, shape, spec, baseline))
+            )
+    return rows
+
+
+def nanogpt_row(
+    check: Check, name: str, method: str, shape: Shape, spec: TrainSpec, baseline: NanoGPTSteps
+) -> list[Row]:
+    hooks = InterleavedHooks(baseline)  # type: ignore[arg-type]
+    cursor = iter(random_batches(shape, spec.steps))  # the trainer moves each batch to the device, as in a job
+    config = tiny_config(shape, method)
+    with tempfile.TemporaryDirectory(prefix="posenc-gpu-check-") as run_dir:
+        hooks.mark = time.perf_counter()
+        outcome = train(
+            config, 0, spec, lambda _: next(cursor), checkpoint_dir=Path(run_dir), hooks=hooks, device=check.device.type
+        )
+    figure = bracketed(hooks.times, check.sizes.nanogpt_warmup, shape.batch * shape.length)
+    report = outcome.compile
+    compiled = "eager"
+    if report is not None and report.compiled:
+        compiled = f"compiled (first step {report.first_step_s or 0.0:.1f} s)"
+    if report is not None and report.error:
+        compiled = f"eager after a failed compile: {report.error}"
+    paths = ",".join(sorted(set(attention_paths_of(outcome.model, check.device.type) or [])))
+    goal = "met" if figure.ratio >= NANOGPT_GOAL else "MISSED"
+    mfu = "" if outcome.mfu is None else f"; MFU {outcome.mfu:.1%}"
+    note = (
+        f"goal {NANOGPT_GOAL}x {goal}; {outcome.precision}, {compiled}; attention {paths}; all steps "
+        f"{figure.overall:.3f}{mfu}"
+    )
+    return [Row(name, figure.measured, "tok/s", baseline.name, figure.baseline, note)]
+
+
+# ---------------------------------------------------------------------------------------- compile cache
+COMPILE_PROBE = """
+import json, sys, torch
+from posenc.schemas.jobs import TrainSpec
+from posenc.training.model import ModelConfig
+from posenc.training.train import Batch, train
+device, layers, dim, heads, length, batch = sys.argv[1], *map(int, sys.argv[2:])
+config = ModelConfig(vocab_size=65, layers=layers, dim=dim, heads=heads, method="rope", train_length=length)
+def batches(generator):
+    ids = torch.randint(0, 65, (batch, length + 1), generator=generator)  # (B, T + 1)
+    return Batch(inputs=ids[:, :-1], targets=ids[:, 1:])
+outcome = train(config, 0, TrainSpec(length=length, steps=3, batch_size=batch, compile="on"), batches, device=device)
+print(json.dumps(outcome.compile.to_json()))
+"""
+
+
+def part_compile(check: Check) -> list[Row]:
+    """The compile cache: the same compiled training run (rope, at the train part's size) in two fresh processes
+    that share an empty Inductor cache, as two workers of a machine share the state directory's: the second
+    one's first compiled step against the first one's."""
+    shape = check.sizes.train
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="posenc-compile-cache-") as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(cache) / "inductor"),
+               "TRITON_CACHE_DIR": str(Path(cache) / "triton")}  # fmt: skip
+        for _ in range(2):
+            args = [str(value) for value in (shape.layers, shape.dim, shape.heads, shape.length, shape.batch)]
+            finished = subprocess.run(
+                [sys.executable, "-c", COMPILE_PROBE, check.device.type, *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=max(30.0, check.left()),
+                check=False,
+            )
+            if finished.returncode != 0:
+                tail = " ".join(finished.stderr.split()[-40:])
+                return [Row("compile cache", note=f"the probe exited {finished.returncode}: {tail}", ok=False)]
+            reports.append(json.loads(finished.stdout.strip().splitlines()[-1]))
+    cold, warm = reports
+    ok = bool(cold["compiled"] and warm["compiled"] and warm["cache_hits"] > 0 and warm["cache_misses"] == 0)
+    size = f"{shape.layers}L d={shape.dim} T={shape.length} B={shape.batch}"
+    note = (
+        f"{size}; graphs: cold {cold['cache_misses']} compiled, warm {warm['cache_hits']} from the cache and "
+        f"{warm['cache_misses']} compiled"
+    )
+    return [
+        Row(
+            "compile cache: a second process's first compiled step",
+            warm["first_step_s"],
+            "s",
+            "the first process's",
+            cold["first_step_s"],
+            note,
+            ok=ok,
+        )
+    ]
+
+
 PARTS: dict[str, Callable[[Check], list[Row]]] = {
     "tests": part_tests,
     "jobs": part_jobs,
@@ -926,17 +1109,23 @@ PARTS: dict[str, Callable[[Check], list[Row]]] = {
     "rotary": part_rotary,
     "bias": part_bias,
     "train": part_train,
+    "nanogpt": part_nanogpt,
+    "compile": part_compile,
     "vit": part_vit,
 }
-# Seconds each part may take on a GPU; they add up to the 8-minute target less start-up. Measured on an H100
+# Seconds each part may take on a GPU; they add up to the 9-minute target less start-up. Measured on an H100
 # (2026-11-26, torch 2.11): tests 39 s, jobs 115 s with the benchmark unfinished (each FlexAttention method's
-# first job run compiles for about 50 s), flex 58 s, rotary 2 s, bias 0 s, train 20 s alone, vit 6 s.
+# first job run compiled for about 50 s; bias and content layers now take the dense-mask path there), flex 58 s,
+# rotary 2 s, bias 0 s, train 20 s alone, vit 6 s. nanogpt and compile are new: sized from the CPU's timings
+# and a compile of 10-50 s per model and size.
 BUDGETS_S: dict[str, float] = {
-    "tests": 70,
-    "jobs": 180,
+    "tests": 60,
+    "jobs": 100,
     "flex": 100,
-    "rotary": 20,
+    "rotary": 15,
     "bias": 10,
-    "train": 60,
-    "vit": 30,
+    "train": 40,
+    "nanogpt": 150,
+    "compile": 45,
+    "vit": 20,
 }

@@ -19,7 +19,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_check.py"
-PARTS = ("tests", "jobs", "flex", "rotary", "bias", "train", "vit")
+PARTS = ("tests", "jobs", "flex", "rotary", "bias", "train", "nanogpt", "compile", "vit")
 
 
 def run_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -66,6 +66,15 @@ def test_every_part_runs_on_the_cpu_at_reduced_sizes(tmp_path: Path) -> None:
     assert (benchmark["kind"], benchmark["status"], benchmark["result"]["device"]) == ("benchmark", "succeeded", "cpu")
     assert {row["method"] for row in benchmark["result"]["table"]} == {"rope", "alibi", "transformer_xl"}
     assert jobs["cpu_reference"]["final_loss"] == pytest.approx(train["result"]["final_loss"], rel=0.05)
+
+    nanogpt = parts["nanogpt"]["rows"]
+    assert [row["name"].split(" vs ")[0] for row in nanogpt] == [
+        f"job trainer {method}" for method in ("learned_absolute", "rope", "alibi", "t5", "fire", "xpos")
+    ]
+    assert all(row["ratio"] and "attention " in row["note"] for row in nanogpt)
+    [cache] = parts["compile"]["rows"]
+    assert cache["ok"], cache["note"]
+    assert cache["measured"] < cache["baseline"]  # the second process loads what the first compiled
 
     flex = [row for row in parts["flex"]["rows"] if row["name"].startswith("flex fwd ") and row["ratio"]]
     assert flex, "FlexAttention's forward ran for no method"
