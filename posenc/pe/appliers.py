@@ -892,18 +892,24 @@ class RotaryApplier(Applier):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def rotate_cached(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q and k (B, H, T, d) at positions arange(T), the tables built once per (T, device) when the applier
-        has a cache (the training layers'): the hot path of a rotary layer."""
+        """q and k (B, H, T, d) at positions arange(T), the tables built once per (T, device, dtype) when the
+        applier has a cache (the training layers'): the hot path of a rotary layer. q and k in a reduced
+        precision (bf16 autocast) are rotated in it, the tables computed in float32 (float64 angles) and then
+        rounded to it, as transformers' Llama rotates (``cos.to(x.dtype)``): no cast of q and k up and back."""
         length, device = q.shape[-2], q.device
+        reduced = q.dtype if q.dtype in (torch.bfloat16, torch.float16) else None
 
-        def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
             cos, sin, scale = self.tables(positions(length, device), length)[:3]  # (T, d_rot/2) each
-            return cos, sin, scale
+            inverse = None if scale is None else scale.reciprocal()
+            if reduced is None:
+                return cos, sin, scale, inverse
+            return tuple(None if t is None else t.to(reduced) for t in (cos, sin, scale, inverse))  # type: ignore[return-value]
 
-        cos, sin, scale = self._cached(("rotary", length, str(device)), build)
+        cos, sin, scale, inverse = self._cached(("rotary", length, str(device), reduced), build)
         pairing = self.pairing
         q = apply_rotary(q, cos, sin, pairing=pairing, scale=scale)
-        k = apply_rotary(k, cos, sin, pairing=pairing, scale=None if scale is None else scale.reciprocal())
+        k = apply_rotary(k, cos, sin, pairing=pairing, scale=inverse)
         return q, k
 
     def positional_attend(

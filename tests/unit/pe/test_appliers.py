@@ -26,6 +26,7 @@ from posenc.pe.appliers import (
     grid_positions,
     positions,
 )
+from posenc.pe.kinds import apply_rotary
 from posenc.pe.types import LayerInputs
 from posenc.schemas.methods import Kind
 
@@ -274,3 +275,22 @@ def test_a_rotary_request_computes_its_frequencies_once(monkeypatch: pytest.Monk
             break
     assert set(counted) == {s.name for s in list_methods() if s.kind is Kind.ROTARY and not s.learned}
     assert all(count == 1 for count in counted.values()), counted
+
+
+def test_a_training_layer_rotates_bf16_inputs_in_bf16_with_rounded_tables() -> None:
+    """Under bf16 autocast q and k arrive in bf16: they are rotated in it, the float32 tables rounded to it (as
+    transformers' Llama does), not cast up to float32 and back; float32 inputs keep float32 tables."""
+    spec = get_method("xpos")  # a scale too: the keys take its reciprocal
+    applier = build_applier(spec, spec.parse_params({}), _layer(head_dim=16), cache={})
+    generator = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(2, 2, 12, 16, generator=generator) for _ in range(2))  # (B, H, T, d)
+    exact = applier.rotate_cached(q, k)
+    rounded = applier.rotate_cached(q.bfloat16(), k.bfloat16())
+    assert [t.dtype for t in rounded] == [torch.bfloat16, torch.bfloat16]
+    cos, sin, scale = (t.to(torch.bfloat16) for t in applier.tables(positions(12, torch.device("cpu")), 12)[:3])
+    assert scale is not None
+    expected_q = apply_rotary(q.bfloat16(), cos, sin, pairing="half", scale=scale)
+    torch.testing.assert_close(rounded[0], expected_q, rtol=0, atol=0)
+    for got, reference in zip(rounded, exact, strict=True):
+        torch.testing.assert_close(got.float(), reference, rtol=0.05, atol=0.05)  # bf16 keeps 8 bits
+    assert {key[-1] for key in applier._cache if key[0] == "rotary"} == {None, torch.bfloat16}  # type: ignore[union-attr]
