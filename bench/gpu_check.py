@@ -30,6 +30,11 @@ minutes on a GPU, and its elapsed time is printed):
     compile the same compiled training run in two fresh processes sharing an empty Inductor cache (two
             workers of a machine): the second one's first step against the first one's, every graph from
             the cache
+    study   (only with --parts study) a context-extension study at GPT-2-small scale: rope trained once at
+            T=1024 on the text corpus (``POSENC_DATA_DIR``'s tinyshakespeare.txt when there, else the
+            offline stdlib corpus), then Position Interpolation, NTK-aware and YaRN at factor 4 applied at
+            evaluation only, perplexity at 1x, 2x and 4x the training length (the job's own rules, run by
+            ``run_job`` in this process as a worker runs it); ``--quick`` shrinks it to seconds
     vit     a ViT training step per 2D method against the same ViT without a positional encoding (``nope``);
             64 px images in 8 px patches, 4 layers, d=256, B=128
 
@@ -64,7 +69,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PART_NAMES = ("tests", "jobs", "flex", "rotary", "bias", "train", "nanogpt", "compile", "vit")
+PART_NAMES = ("tests", "jobs", "flex", "rotary", "bias", "train", "nanogpt", "compile", "vit", "study")
+DEFAULT_PARTS = PART_NAMES[:-1]  # the study only when asked for: it is longer than the rest together
 TOTAL_BUDGET_S = 530.0  # the 9-minute target, less the start-up and the table
 NO_CUDA = "no CUDA device: torch.cuda.is_available() is False; run with --device cpu to exercise the script on the CPU"
 
@@ -87,7 +93,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads here and in the jobs' worker (default: theirs)"
     )
-    parser.add_argument("--parts", default=",".join(PART_NAMES), help=f"comma-separated, of: {','.join(PART_NAMES)}")
+    parser.add_argument(
+        "--parts",
+        default=",".join(DEFAULT_PARTS),
+        help=f"comma-separated, of: {','.join(PART_NAMES)} (default all but study)",
+    )
     args = parser.parse_args(argv)
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = [part for part in parts if part not in PART_NAMES]

@@ -1102,6 +1102,65 @@ def part_compile(check: Check) -> list[Row]:
     ]
 
 
+# ----------------------------------------------------------------------------------------------- study
+def study_spec(check: Check) -> dict[str, Any]:
+    """The context-extension study's spec: GPT-2 small (12 layers, d=768, 12 heads) trained at T=1024, or a tiny
+    model at T=64 with ``--quick``; the arms at factor 4, evaluated at 1x, 2x and 4x the training length."""
+    from posenc.errors import InvalidInput
+    from posenc.settings import get_settings
+    from posenc.training.data import corpus_path
+
+    length = 64 if check.quick else 1024
+    model = {"layers": 1, "dim": 32, "heads": 2} if check.quick else {"layers": 12, "dim": 768, "heads": 12}
+    try:
+        corpus = "tinyshakespeare" if corpus_path("tinyshakespeare", get_settings().data_dir) else "stdlib"
+    except InvalidInput:  # no tinyshakespeare.txt in the data directories
+        corpus = "stdlib"
+    return {
+        "methods": [{"method": "rope_linear"}, {"method": "rope_ntk"}, {"method": "rope_yarn"}],
+        "extension": {"factor": 4},
+        "data": {"corpus": corpus},
+        "model": model,
+        "train": {"length": length, "steps": 20 if check.quick else 600, "batch_size": 4 if check.quick else 16},
+        "eval": {"lengths": [length, 2 * length, 4 * length], "max_tokens": 2048 if check.quick else 65536},
+        "seeds": [0],
+        "device": check.device.type,
+    }
+
+
+def part_study(check: Check) -> list[Row]:
+    from posenc.settings import get_settings
+    from posenc.training.hooks import NoHooks
+    from posenc.training.jobs import run_job
+
+    spec = study_spec(check)
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="posenc-gpu-check-study-") as root:
+        result = run_job(
+            "benchmark",
+            JobSpec.model_validate(spec),
+            job_dir=Path(root) / "study",
+            artifact_root=Path(root),
+            hooks=NoHooks(),
+            device=check.device.type,
+            data_dir=get_settings().data_dir,
+        )
+    seconds = time.perf_counter() - began
+    check.details["study"] = {"spec": spec, "result": result}
+    model = spec["model"]
+    size = f"{model['layers']}L d={model['dim']} T={spec['train']['length']}, {spec['data']['corpus']}"
+    base_len = spec["train"]["length"]
+    perplexity = {(row["method"], row["size"]): row["value"] for row in result["table"] if row["metric"] == "ppl"}
+    rows = []
+    for (method, length), value in perplexity.items():
+        if method == "base":
+            continue
+        name = f"study {method} at {length / base_len:g}x ({size})"
+        note = f"perplexity; the base model (no rule) beside it; the whole study {seconds:.0f} s"
+        rows.append(Row(name, value, "ppl", "base", perplexity.get(("base", length)), note))
+    return rows or [Row("study", note=f"no perplexity in the result's table: {result['table'][:2]}", ok=False)]
+
+
 PARTS: dict[str, Callable[[Check], list[Row]]] = {
     "tests": part_tests,
     "jobs": part_jobs,
@@ -1112,6 +1171,7 @@ PARTS: dict[str, Callable[[Check], list[Row]]] = {
     "nanogpt": part_nanogpt,
     "compile": part_compile,
     "vit": part_vit,
+    "study": part_study,
 }
 # Seconds each part may take on a GPU; they add up to the 9-minute target less start-up. Measured on an H100
 # (2026-11-26, torch 2.11): tests 39 s, jobs 115 s with the benchmark unfinished (each FlexAttention method's
@@ -1128,4 +1188,5 @@ BUDGETS_S: dict[str, float] = {
     "nanogpt": 150,
     "compile": 45,
     "vit": 20,
+    "study": 300,  # asked for alone: a GPT-2-small model's compile, 600 steps and three arms' evaluation
 }

@@ -113,3 +113,15 @@ def test_the_path_table_row_flags_a_path_faster_than_the_table_s_choice(monkeypa
     assert "CHANGE IT: flex is faster" in beaten.note
     shaw = path_table_row(get_method("shaw"), 1024, flex_s=2.0, materialised_s=1.05)
     assert "table: materialised (holds)" in shaw.note
+
+
+@pytest.mark.integration
+def test_the_study_part_runs_only_when_asked_and_reads_the_job_s_perplexities(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    finished = run_script(str(out), "--device", "cpu", "--quick", "--parts", "study", timeout=300)
+    assert finished.returncode == 0, f"stdout:\n{finished.stdout[-6000:]}\nstderr:\n{finished.stderr[-6000:]}"
+    record = json.loads((out / "gpu_check.json").read_text(encoding="utf-8"))
+    [study] = record["parts"]
+    names = [row["name"].split(" (")[0] for row in study["rows"]]
+    assert names == [f"study {rule} at {n}x" for rule in ("rope_linear", "rope_ntk", "rope_yarn") for n in (1, 2, 4)]
+    assert all(row["measured"] > 1 and row["baseline"] > 1 for row in study["rows"])  # perplexities, base beside
