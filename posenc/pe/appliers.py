@@ -899,17 +899,19 @@ class RotaryApplier(Applier):
         length, device = q.shape[-2], q.device
         reduced = q.dtype if q.dtype in (torch.bfloat16, torch.float16) else None
 
-        def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        def build() -> tuple[torch.Tensor, ...]:
             cos, sin, scale = self.tables(positions(length, device), length)[:3]  # (T, d_rot/2) each
-            inverse = None if scale is None else scale.reciprocal()
-            if reduced is None:
-                return cos, sin, scale, inverse
-            return tuple(None if t is None else t.to(reduced) for t in (cos, sin, scale, inverse))  # type: ignore[return-value]
+            # xPos: the scale folded into the tables, ζ^(n/λ) for the queries and its reciprocal for the keys
+            # (one product per entry, once, instead of two more passes over q and k per call)
+            sides = [(cos, sin)] if scale is None else [(cos * scale, sin * scale), (cos / scale, sin / scale)]
+            tables = [t if reduced is None else t.to(reduced) for pair in sides for t in pair]
+            return tuple(tables)
 
-        cos, sin, scale, inverse = self._cached(("rotary", length, str(device), reduced), build)
-        pairing = self.pairing
-        q = apply_rotary(q, cos, sin, pairing=pairing, scale=scale)
-        k = apply_rotary(k, cos, sin, pairing=pairing, scale=inverse)
+        tables = self._cached(("rotary", length, str(device), reduced), build)
+        q_cos, q_sin = tables[:2]
+        k_cos, k_sin = tables[-2:]
+        q = apply_rotary(q, q_cos, q_sin, pairing=self.pairing)
+        k = apply_rotary(k, k_cos, k_sin, pairing=self.pairing)
         return q, k
 
     def positional_attend(

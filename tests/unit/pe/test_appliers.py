@@ -287,9 +287,11 @@ def test_a_training_layer_rotates_bf16_inputs_in_bf16_with_rounded_tables() -> N
     exact = applier.rotate_cached(q, k)
     rounded = applier.rotate_cached(q.bfloat16(), k.bfloat16())
     assert [t.dtype for t in rounded] == [torch.bfloat16, torch.bfloat16]
-    cos, sin, scale = (t.to(torch.bfloat16) for t in applier.tables(positions(12, torch.device("cpu")), 12)[:3])
+    cos, sin, scale = applier.tables(positions(12, torch.device("cpu")), 12)[:3]
     assert scale is not None
-    expected_q = apply_rotary(q.bfloat16(), cos, sin, pairing="half", scale=scale)
+    # xPos's scale folded into the tables, then rounded: cos·ζ and sin·ζ for the queries
+    folded = ((cos * scale).bfloat16(), (sin * scale).bfloat16())
+    expected_q = apply_rotary(q.bfloat16(), *folded, pairing="half")
     torch.testing.assert_close(rounded[0], expected_q, rtol=0, atol=0)
     for got, reference in zip(rounded, exact, strict=True):
         torch.testing.assert_close(got.float(), reference, rtol=0.05, atol=0.05)  # bf16 keeps 8 bits
