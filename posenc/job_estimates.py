@@ -237,6 +237,10 @@ SECONDS_PER: dict[str, float] = {
     "eval_macs": 1.7e-10,
     "assemble": 1.5,  # a benchmark's table, findings and plots
 }
+# A run with train.compile on: its first compiled step, tracing and compiling the model, seconds of the host's
+# CPU whatever the device (12-13 s measured on 2 cores for a 1-layer model, quiet; more under load and for deeper
+# models); not scaled by a queue's speed. An upper bound once Inductor's cache holds the model (1.5 s then).
+COMPILE_S = 15.0
 SCORE_MACS = 16  # multiply-add equivalents per (query, key) score element of a materialising method, per layer
 GPU_SPEED = 0.2  # a GPU worker's default factor over the CPU seconds, before any run was measured there
 SPEED_BOUNDS = (0.02, 50.0)  # a measured factor is clipped to this: one odd run cannot wreck every estimate
@@ -283,6 +287,8 @@ def _run_features(
     estimate is an upper bound on a run that stops early."""
     model = family.model
     features: dict[str, float] = {"run": 1.0}
+    if steps and spec.train.compile != "off":  # "auto" compiles on a GPU queue only (estimate_seconds)
+        _add(features, f"compile:{spec.train.compile}", 1.0)
     if steps:
         length = family.train_tokens()
         tokens = float(steps * spec.train.batch_size * length)
@@ -379,7 +385,8 @@ def default_speed(queue: str) -> float:
 def estimate_seconds(groups: Iterable[RunGroup], queue: str, speeds: Mapping[str, float | None]) -> float:
     """Seconds a job should take on one worker of ``queue``: each group's default seconds times the factor
     measured for its (queue, family, path) (``speeds``, by ``speed_key``; the queue's default before any), and
-    each process's time outside its work as the queue's workers measured it (``overhead_key``) once they have."""
+    each process's time outside its work as the queue's workers measured it (``overhead_key``) once they have,
+    and ``COMPILE_S`` per run that compiles (``train.compile`` on; auto on the gpu queue)."""
     overhead = speeds.get(overhead_key(queue))
     total = 0.0
     for group in groups:
@@ -388,7 +395,8 @@ def estimate_seconds(groups: Iterable[RunGroup], queue: str, speeds: Mapping[str
         features = dict(group.features)
         if overhead is not None and overhead > 0:
             total += overhead * features.pop("process", 0.0)
-        total += speed * seconds_of(features)
+        compiled = features.pop("compile:on", 0.0) + features.pop("compile:auto", 0.0) * (queue == "gpu")
+        total += COMPILE_S * compiled + speed * seconds_of(features)
     return round(total, 2)  # hundredths: a job of a tenth of a second is still read to a tenth of itself
 
 

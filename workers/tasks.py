@@ -296,13 +296,27 @@ def _run(
         )
         result = dict(result)
         result.setdefault("resumed_from_step", hooks.resumed_from_step)
-        _record_rate(*rates, JobCreate(kind=kind, spec=spec), time.monotonic() - started, hooks)
+        took = time.monotonic() - started
+        _record_rate(*rates, JobCreate(kind=kind, spec=spec), took, hooks, compiling=_compile_seconds(result))
         return result
 
     return _guarded(settings, run)
 
 
-def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, hooks: AttemptHooks) -> None:
+def _compile_seconds(result: dict[str, Any]) -> float:
+    """Seconds a job's runs spent on their first compiled step (``train.compile``): the estimates count compiles
+    apart (``posenc.job_estimates.COMPILE_S``), so the measured speed leaves them out."""
+    total = 0.0
+    for run in result.get("runs") or []:
+        report = run.get("compile") if isinstance(run, dict) else None
+        if isinstance(report, dict) and report.get("first_step_s") is not None:
+            total += float(report["first_step_s"])
+    return total
+
+
+def _record_rate(
+    store: JobStore, queue: str, work: JobCreate, seconds: float, hooks: AttemptHooks, *, compiling: float = 0.0
+) -> None:
     """A fresh attempt that ran its whole work measured how fast its queue runs work of its kind: the factor
     of its time over the defaults' (``posenc.job_estimates.measured_speed``) is folded into the moving average
     of (queue, task family, attention path) that new jobs' ``estimate_s`` are scaled by. A resumed attempt did
@@ -313,7 +327,7 @@ def _record_rate(store: JobStore, queue: str, work: JobCreate, seconds: float, h
         return
     from posenc.job_estimates import measured_speed, speed_key
 
-    measured = measured_speed(work, seconds)
+    measured = measured_speed(work, seconds - compiling)
     if measured is None:
         return
     family, path, speed = measured

@@ -138,3 +138,23 @@ def test_a_measured_overhead_replaces_the_default_per_process() -> None:
         default = estimate_seconds(groups, "cpu", {})
         slower = estimate_seconds(groups, "cpu", {overhead_key("cpu"): 0.5})
         assert slower == pytest.approx(default + count * (0.5 - SECONDS_PER["process"]), abs=0.1)
+
+
+@pytest.mark.parametrize(
+    ("compile", "queue", "compiles"),
+    [("off", "gpu", 0), ("auto", "cpu", 0), ("auto", "gpu", 2), ("on", "cpu", 2), ("on", "gpu", 2)],
+)
+def test_each_run_that_compiles_adds_a_compile_unscaled_by_the_queue_s_speed(
+    compile: str, queue: str, compiles: int
+) -> None:
+    from posenc.job_estimates import COMPILE_S, speed_key
+
+    def groups(option: str) -> Any:
+        return job_groups(JobCreate.model_validate({"kind": "benchmark", "spec": {
+            "methods": [{"method": "rope"}], "data": {"task": "copy", "size": 4}, "seeds": [0, 1],
+            "train": {"steps": 50, "batch_size": 4, "compile": option}}}))  # fmt: skip
+
+    [group] = groups(compile)
+    speeds = {speed_key(queue, group.family, group.path): 0.5}  # a fast queue: the compile stays what it is
+    extra = estimate_seconds(groups(compile), queue, speeds) - estimate_seconds(groups("off"), queue, speeds)
+    assert extra == pytest.approx(compiles * COMPILE_S, abs=0.02)
