@@ -967,22 +967,25 @@ class ScoreModApplier(Applier):
     def fast_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
-        path = self.training_path(q.shape[-2], q.device)
-        if path == "flex":
-            return self._flex(q, k, v, x)
-        if path == "sdpa_mask":
-            return self.dense_term_attend(q, k, v, x)
-        return super().fast_attend(q, k, v, x=x)
+        return self._on_path(q, k, v, x, super().fast_attend)
 
     def span_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, x: torch.Tensor | None = None
     ) -> torch.Tensor:
+        return self._on_path(q, k, v, x, super().span_attend)
+
+    def _on_path(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor | None, materialised: Any
+    ) -> torch.Tensor:
+        """The layer's attention on the table's path; ``materialised`` (the base class's causal or span form)
+        where it chose that. The other two read the layer's reach themselves."""
         path = self.training_path(q.shape[-2], q.device)
         if path == "flex":
             return self._flex(q, k, v, x)
         if path == "sdpa_mask":
             return self.dense_term_attend(q, k, v, x)
-        return super().span_attend(q, k, v, x=x)
+        out: torch.Tensor = materialised(q, k, v, x=x)
+        return out
 
     def dense_term_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor | None
